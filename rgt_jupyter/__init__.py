@@ -1,0 +1,31 @@
+"""rgt-jupyter: detached, checkpoint-durable GPU jobs from a notebook, pulled home verified.
+
+``%load_ext rgt_jupyter`` registers ``%%remote_run``, ``%watch`` and ``%pull``. The API is
+:class:`Job` and :class:`Run`; the job side is :mod:`rgt_jupyter.job`. Importing this package is
+cheap: nothing heavy (IPython, ipywidgets, torch) is imported until it is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+__all__ = ["Job", "Run", "__version__", "load_ipython_extension"]
+
+if TYPE_CHECKING:
+    from .api import Job, Run
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Job", "Run"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'rgt_jupyter' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Called by ``%load_ext rgt_jupyter``."""
+    from .magics import load_ipython_extension as _load
+
+    _load(ipython)

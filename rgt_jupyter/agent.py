@@ -1,0 +1,452 @@
+"""The rgt agent: supervises one job where it runs. Stdlib only, Python 3.8+, shipped as one file.
+
+Subcommands::
+
+    agent.py spawn CONTROL_DIR      start ``run`` detached (own session, stdin /dev/null), print its pid
+    agent.py run CONTROL_DIR        supervise the job described by CONTROL_DIR/launch.json
+    agent.py cell PROGRAM           run PROGRAM as __main__ (the job process itself)
+    agent.py manifest NAME=DIR...   print a JSON manifest (path, size, sha256) of the given dirs
+    agent.py env                    print a JSON description of this interpreter and machine
+
+``run`` writes, in CONTROL_DIR: ``status.json`` (who and where), ``heartbeat.json`` (a counter, wall
+and monotonic time, every ``heartbeat_s``), ``log`` (the job's stdout and stderr), ``env.json``,
+``manifest.json`` (sha256 of every output and checkpoint, taken when the job ended) and, last,
+``exit.json`` (exit code, signal, final state). SIGTERM, SIGUSR2 and SIGINT are forwarded to the
+job's process group; after ``grace_s`` seconds a job that has not exited is killed.
+
+The final state is decided here from the process and artifacts: ``finished`` (exit 0),
+``preempted`` (a preemption signal reached the job or the agent, or SIGTERM ended it),
+``failed`` (anything else). A job whose agent vanished without ``exit.json`` is ``lost``; that is
+decided by the watcher, from the process table.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import os
+import pickle
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+SCHEMA = "rgt-agent/1"
+_FORWARDED = ("SIGTERM", "SIGUSR2", "SIGINT")
+
+
+def _now() -> float:
+    return time.time()
+
+
+def write_json_atomic(path, obj):
+    """Write JSON to ``path`` via a temporary file, fsync and rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps(obj, indent=1, sort_keys=True, default=str))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def proc_start_ticks(pid):
+    """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return int(data[data.rindex(")") + 2 :].split()[19])
+
+
+def boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+# ----------------------------------------------------------------------------- manifest
+
+
+def sha256_file(path):
+    sha = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(1 << 20)
+            if not chunk:
+                break
+            sha.update(chunk)
+            size += len(chunk)
+    return sha.hexdigest(), size
+
+
+def is_temporary(name):
+    """Files that are never part of a result: in-flight temporaries of atomic writes."""
+    return name.startswith(".") and ".tmp-" in name
+
+
+def build_manifest(roots):
+    """Manifest of ``{prefix: dir}``: ``{"prefix/rel": {"size", "sha256"}}``; symlinks refused."""
+    files = {}
+    refused = []
+    for prefix, root in sorted(roots.items()):
+        if not os.path.isdir(root):
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                full = os.path.join(dirpath, name)
+                rel = os.path.relpath(full, root).replace(os.sep, "/")
+                if is_temporary(name):
+                    continue
+                if os.path.islink(full) or not os.path.isfile(full):
+                    refused.append(prefix + "/" + rel)
+                    continue
+                digest, size = sha256_file(full)
+                files[prefix + "/" + rel] = {"size": size, "sha256": digest}
+    return {"schema": SCHEMA, "created_at": _now(), "files": files, "refused": refused}
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+def describe_env():
+    """This interpreter and machine: python, platform, packages, CPUs, GPUs (nvidia-smi)."""
+    info = {
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "packages": {},
+        "nvidia_smi": None,
+    }
+    try:
+        from importlib import metadata
+
+        for dist in metadata.distributions():
+            name = dist.metadata["Name"]
+            if name:
+                info["packages"][name] = dist.version
+    except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+        info["packages_error"] = repr(exc)
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,memory.total,memory.used,driver_version,utilization.gpu",
+                "--format=csv,noheader",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=15,
+            universal_newlines=True,
+        )
+        info["nvidia_smi"] = {"rc": out.returncode, "stdout": out.stdout, "stderr": out.stderr}
+        full = subprocess.run(
+            ["nvidia-smi"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=15,
+            universal_newlines=True,
+        )
+        info["nvidia_smi"]["full"] = full.stdout
+    except (OSError, subprocess.SubprocessError):
+        info["nvidia_smi"] = None
+    return info
+
+
+# ----------------------------------------------------------------------------- the job process
+
+
+def _load_inputs(directory):
+    values = {}
+    if not directory or not os.path.isdir(directory):
+        return values
+    for name in sorted(os.listdir(directory)):
+        stem, ext = os.path.splitext(name)
+        path = os.path.join(directory, name)
+        if ext == ".json":
+            with open(path) as fh:
+                values[stem] = json.load(fh)
+        elif ext == ".pkl":
+            with open(path, "rb") as fh:
+                values[stem] = pickle.load(fh)  # noqa: S301 - the user's own notebook variables
+    return values
+
+
+def _error_record(exc, program):
+    frames = []
+    for fs in traceback.extract_tb(exc.__traceback__):
+        if os.path.abspath(fs.filename) == os.path.abspath(__file__):
+            continue
+        frames.append({"file": fs.filename, "line": fs.lineno, "name": fs.name, "text": fs.line})
+    record = {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "program": program,
+        "frames": frames,
+        "formatted": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    }
+    if isinstance(exc, SyntaxError):
+        record["syntax"] = {
+            "file": exc.filename,
+            "line": exc.lineno,
+            "offset": exc.offset,
+            "text": exc.text,
+            "msg": exc.msg,
+        }
+    return record
+
+
+def run_cell(program):
+    """Run ``program`` as ``__main__``; on an exception write ``error.json`` and exit 1."""
+    program = os.path.abspath(program)
+    sys.argv = [program]
+    sys.path.insert(0, os.getcwd())
+    namespace = {"__name__": "__main__", "__file__": program, "__builtins__": builtins}
+    control = os.environ.get("RGT_CONTROL_DIR")
+    try:
+        namespace.update(_load_inputs(os.environ.get("RGT_INPUTS_DIR")))
+        with open(program, encoding="utf-8") as fh:
+            source = fh.read()
+        code = compile(source, program, "exec")
+        exec(code, namespace)  # noqa: S102 - this is the job
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - recorded for the notebook, then exit 1
+        if control:
+            write_json_atomic(os.path.join(control, "error.json"), _error_record(exc, program))
+        traceback.print_exc()
+        sys.stderr.flush()
+        return 1
+    return 0
+
+
+# ----------------------------------------------------------------------------- supervision
+
+
+class Supervisor:
+    """Runs the job process, heartbeats, forwards signals, records the end."""
+
+    def __init__(self, control):
+        self.control = os.path.abspath(control)
+        with open(os.path.join(self.control, "launch.json")) as fh:
+            self.spec = json.load(fh)
+        self.child = None
+        self.signals = []
+        self.kill_deadline = None
+        self.seq = 0
+        self.mono0 = time.monotonic()
+
+    def path(self, name):
+        return os.path.join(self.control, name)
+
+    def status(self, **extra):
+        record = {
+            "schema": SCHEMA,
+            "job_id": self.spec["job_id"],
+            "agent_pid": os.getpid(),
+            "agent_start_ticks": proc_start_ticks(os.getpid()),
+            "boot_id": boot_id(),
+            "host": socket.gethostname(),
+            "job_pid": self.child.pid if self.child else None,
+            "started_at": self.started_at,
+        }
+        record.update(extra)
+        write_json_atomic(self.path("status.json"), record)
+
+    def on_signal(self, signum, frame):
+        name = signal.Signals(signum).name
+        self.signals.append({"signal": name, "time": _now()})
+        if self.child is not None and self.child.poll() is None:
+            try:
+                os.killpg(self.child.pid, signum)
+            except ProcessLookupError:
+                pass
+            if self.kill_deadline is None:
+                self.kill_deadline = time.monotonic() + float(self.spec.get("grace_s", 30))
+
+    def heartbeat(self):
+        self.seq += 1
+        write_json_atomic(
+            self.path("heartbeat.json"),
+            {
+                "seq": self.seq,
+                "wall": _now(),
+                "mono": time.monotonic() - self.mono0,
+                "agent_pid": os.getpid(),
+            },
+        )
+
+    def job_env(self):
+        env = dict(os.environ)
+        env.update(self.spec.get("env", {}))
+        lib = self.spec["lib_dir"]
+        env["PYTHONPATH"] = lib + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONUNBUFFERED"] = "1"
+        env["RGT_JOB_ID"] = self.spec["job_id"]
+        env["RGT_OUT"] = self.spec["out_dir"]
+        env["RGT_CKPT_DIR"] = self.spec["ckpt_dir"]
+        env["RGT_CONTROL_DIR"] = self.control
+        env["RGT_INPUTS_DIR"] = self.spec.get("inputs_dir") or ""
+        env.pop("RGT_SMOKE", None)
+        if self.spec.get("resume"):
+            env["RGT_RESUME"] = "1"
+        else:
+            env.pop("RGT_RESUME", None)
+        return env
+
+    def final_state(self, rc):
+        if os.path.exists(self.path("preempt.json")) or any(
+            s["signal"] in ("SIGTERM", "SIGUSR2") for s in self.signals
+        ):
+            return "preempted"
+        if rc == 0:
+            return "finished"
+        if rc == -signal.SIGTERM:
+            return "preempted"
+        return "failed"
+
+    def run(self):
+        self.started_at = _now()
+        for name in _FORWARDED:
+            signal.signal(getattr(signal, name), self.on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        for d in (self.spec["out_dir"], self.spec["ckpt_dir"]):
+            os.makedirs(d, exist_ok=True)
+        log = open(self.path("log"), "ab")
+        argv = [self.spec["python"], "-u", os.path.abspath(__file__), "cell", self.spec["program"]]
+        self.child = subprocess.Popen(
+            argv,
+            cwd=self.spec["cwd"],
+            env=self.job_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=os.setpgrp,
+        )
+        self.status(state="running")
+        self.heartbeat()
+        threading.Thread(target=self.record_env, daemon=True).start()
+        interval = float(self.spec.get("heartbeat_s", 1.0))
+        next_beat = time.monotonic() + interval
+        while True:
+            rc = self.child.poll()
+            if rc is not None:
+                break
+            now = time.monotonic()
+            if self.kill_deadline is not None and now >= self.kill_deadline:
+                try:
+                    os.killpg(self.child.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.kill_deadline = None
+            if now >= next_beat:
+                self.heartbeat()
+                next_beat = now + interval
+            time.sleep(min(0.05, interval))
+        log.close()
+        state = self.final_state(rc)
+        manifest = build_manifest(
+            {"outputs": self.spec["out_dir"], "checkpoints": self.spec["ckpt_dir"]}
+        )
+        write_json_atomic(self.path("manifest.json"), manifest)
+        ended = _now()
+        write_json_atomic(
+            self.path("exit.json"),
+            {
+                "exit_code": rc,
+                "signal": signal.Signals(-rc).name if rc < 0 else None,
+                "state": state,
+                "agent_signals": self.signals,
+                "started_at": self.started_at,
+                "ended_at": ended,
+            },
+        )
+        self.status(state=state, ended_at=ended, exit_code=rc)
+        self.heartbeat()
+        return 0
+
+    def record_env(self):
+        try:
+            write_json_atomic(self.path("env.json"), describe_env())
+        except Exception as exc:  # noqa: BLE001 - provenance is best effort, and says so
+            write_json_atomic(self.path("env.json"), {"error": repr(exc)})
+
+
+def spawn(control):
+    """Double-fork ``run CONTROL`` into its own session so it outlives its caller; print its pid."""
+    control = os.path.abspath(control)
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read_end)
+        os.setsid()
+        grandchild = os.fork()
+        if grandchild == 0:
+            os.close(write_end)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            log = os.open(
+                os.path.join(control, "agent.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+            )
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.execv(
+                sys.executable, [sys.executable, "-u", os.path.abspath(__file__), "run", control]
+            )
+        os.write(write_end, str(grandchild).encode())
+        os._exit(0)
+    os.close(write_end)
+    data = os.read(read_end, 64)
+    os.close(read_end)
+    os.waitpid(child, 0)
+    if not data:
+        sys.stderr.write("agent: could not start the supervisor\n")
+        return 1
+    sys.stdout.write(json.dumps({"agent_pid": int(data), "boot_id": boot_id()}) + "\n")
+    return 0
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        sys.stderr.write(__doc__ or "")
+        return 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "spawn" and len(rest) == 1:
+        return spawn(rest[0])
+    if cmd == "run" and len(rest) == 1:
+        return Supervisor(rest[0]).run()
+    if cmd == "cell" and len(rest) == 1:
+        return run_cell(rest[0])
+    if cmd == "manifest":
+        roots = dict(item.split("=", 1) for item in rest)
+        sys.stdout.write(json.dumps(build_manifest(roots)))
+        return 0
+    if cmd == "env":
+        sys.stdout.write(json.dumps(describe_env()))
+        return 0
+    sys.stderr.write(
+        "usage: agent.py spawn|run CONTROL_DIR | cell PROGRAM | manifest NAME=DIR... | env\n"
+    )
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Argument lists shared by the magics and the CLI (one definition, two parsers)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import shlex
+from typing import Any
+
+from .errors import UsageError
+
+Spec = tuple[tuple[str, ...], dict[str, Any]]
+
+RUN_ARGS: list[Spec] = [
+    (("--profile",), {"default": None, "help": "profile to run on (default: local)"}),
+    (
+        ("--name",),
+        {
+            "default": None,
+            "help": "job name; re-running a preempted or failed job of "
+            "this name resumes it (default: from the code)",
+        },
+    ),
+    (
+        ("--push",),
+        {
+            "action": "append",
+            "default": [],
+            "metavar": "PATH",
+            "help": "file or dir the job needs, copied into its versioned code dir (repeatable)",
+        },
+    ),
+    (
+        ("--env",),
+        {
+            "action": "append",
+            "default": [],
+            "metavar": "K=V",
+            "help": "environment variable for the job (repeatable)",
+        },
+    ),
+    (
+        ("--smoke",),
+        {
+            "action": argparse.BooleanOptionalAction,
+            "default": None,
+            "help": "run the program on this machine first with RGT_SMOKE=1 under a time "
+            "budget; a failure blocks the launch (default: the profile's)",
+        },
+    ),
+    (
+        ("--smoke-timeout",),
+        {
+            "type": float,
+            "default": 120.0,
+            "metavar": "S",
+            "help": "time budget of the smoke run in seconds (default 120)",
+        },
+    ),
+    (
+        ("--gpus",),
+        {
+            "default": None,
+            "metavar": "SPEC",
+            "help": "GPUs for the job: indices like 0 or 0,1, 'all' or 'none'",
+        },
+    ),
+    (("--host",), {"default": None, "metavar": "ALIAS", "help": "host alias (ssh profiles)"}),
+    (
+        ("--python",),
+        {
+            "default": None,
+            "metavar": "PATH",
+            "help": "interpreter for the job (default: the profile's)",
+        },
+    ),
+    (
+        ("--fresh",),
+        {"action": "store_true", "help": "start over in a new checkpoint dir instead of resuming"},
+    ),
+    (
+        ("--grace",),
+        {
+            "type": float,
+            "default": None,
+            "metavar": "S",
+            "help": "seconds between SIGTERM and SIGKILL (default: the profile's)",
+        },
+    ),
+]
+INPUTS_ARG: Spec = (
+    ("--inputs",),
+    {
+        "default": "",
+        "metavar": "a,b",
+        "help": "notebook variables to ship to the job, comma-separated",
+    },
+)
+WATCH_ARGS: list[Spec] = [
+    (("job",), {"nargs": "?", "default": None, "help": "job id or name (default: the latest)"}),
+    (("--wait",), {"action": "store_true", "help": "block until the job ends"}),
+    (
+        ("--timeout",),
+        {
+            "type": float,
+            "default": None,
+            "metavar": "S",
+            "help": "with --wait: give up waiting after S seconds",
+        },
+    ),
+]
+PULL_ARGS: list[Spec] = [
+    (("job",), {"nargs": "?", "default": None, "help": "job id or name (default: the latest)"}),
+    (
+        ("--to",),
+        {"default": None, "metavar": "DIR", "help": "runs folder (default: <project>/runs)"},
+    ),
+]
+RESUME_ARGS: list[Spec] = [
+    (("job",), {"help": "job id or name"}),
+    (("--fresh",), {"action": "store_true", "help": "start over in a new checkpoint dir"}),
+]
+
+
+class HelpShown(Exception):
+    """Raised instead of exiting after ``--help`` was printed."""
+
+
+class MagicParser(argparse.ArgumentParser):
+    """An argparse parser that raises :class:`UsageError` instead of exiting."""
+
+    def error(self, message: str) -> Any:
+        hint = ""
+        if "unrecognized arguments" in message:
+            for token in message.split(":", 1)[1].split():
+                if token.startswith("-"):
+                    options = [o for a in self._actions for o in a.option_strings]
+                    close = difflib.get_close_matches(token.split("=")[0], options, n=1)
+                    if close:
+                        hint = f" (did you mean {close[0]}?)"
+                        break
+        raise UsageError(f"{self.prog}: {message}{hint}. See {self.prog} --help")
+
+    def exit(self, status: int = 0, message: str | None = None) -> Any:
+        if message:
+            print(message)
+        raise HelpShown()
+
+
+def add_args(parser: argparse.ArgumentParser, specs: list[Spec]) -> argparse.ArgumentParser:
+    """Add every spec to ``parser``."""
+    for flags, kwargs in specs:
+        parser.add_argument(*flags, **kwargs)
+    return parser
+
+
+def magic_parser(prog: str, description: str, specs: list[Spec]) -> MagicParser:
+    """A parser for a magic's line."""
+    return add_args(MagicParser(prog=prog, description=description), specs)  # type: ignore[return-value]
+
+
+def parse_line(parser: MagicParser, line: str) -> argparse.Namespace | None:
+    """Split ``line`` like a shell and parse it; None when ``--help`` was shown."""
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"{parser.prog}: cannot parse the arguments ({exc}); check the quotes")
+    try:
+        return parser.parse_args(argv)
+    except HelpShown:
+        return None

@@ -1,0 +1,223 @@
+"""The ``rgt`` command: twins of the magics (``run``, ``watch``, ``pull``, ``resume``) plus
+``jobs``, ``profiles`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .args import PULL_ARGS, RESUME_ARGS, RUN_ARGS, WATCH_ARGS, add_args
+from .errors import RemoteTraceback, RgtError
+from .render import progress_text, snapshot_text, strip_ansi
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rgt", description="Detached, checkpoint-durable jobs; verified pulls."
+    )
+    parser.add_argument(
+        "--project",
+        default=None,
+        metavar="DIR",
+        help="project root (default: nearest folder with .rgt/, or the cwd)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser(
+        "run",
+        help="run a Python file as a detached job",
+        description="Run FILE as a detached, checkpoint-durable job.",
+    )
+    run.add_argument("file", metavar="FILE.py")
+    add_args(run, RUN_ARGS)
+    add_args(
+        sub.add_parser(
+            "watch",
+            help="show a job's status (--wait: until it ends)",
+            description="Show a job's status.",
+        ),
+        WATCH_ARGS,
+    )
+    add_args(
+        sub.add_parser(
+            "pull",
+            help="pull a job into a verified, immutable run",
+            description="Pull outputs and checkpoints into runs/<run-id>/.",
+        ),
+        PULL_ARGS,
+    )
+    add_args(
+        sub.add_parser(
+            "resume",
+            help="relaunch a preempted or failed job from its checkpoints",
+            description="Relaunch a job into its checkpoint dir.",
+        ),
+        RESUME_ARGS,
+    )
+    sub.add_parser("jobs", help="list this project's jobs", description="List jobs.")
+    sub.add_parser("profiles", help="list the available profiles", description="List profiles.")
+    demo = sub.add_parser(
+        "demo",
+        help="run the quickstart notebook headless on this machine",
+        description="Execute example_notebooks/quickstart.ipynb with nbclient "
+        "on the local profile and print where the run landed.",
+    )
+    demo.add_argument(
+        "--dir",
+        default="rgt-demo",
+        metavar="DIR",
+        help="project folder for the demo (default: ./rgt-demo)",
+    )
+    demo.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        metavar="S",
+        help="limit for the whole notebook in seconds (default 900)",
+    )
+    return parser
+
+
+def _cmd_run(args: argparse.Namespace, project: Path) -> int:
+    from .api import Job
+    from .launch import LaunchRequest, launch
+    from .names import parse_env_pairs
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise RgtError(f"{args.file}: no such file")
+    req = LaunchRequest(
+        program=path.read_text(encoding="utf-8"),
+        name=args.name or path.stem.replace(" ", "_"),
+        profile=args.profile or "local",
+        program_name=path.name if path.suffix == ".py" else "rgt_program.py",
+        label=str(path),
+        line_offset=0,
+        push=args.push,
+        env=parse_env_pairs(args.env),
+        smoke=args.smoke,
+        smoke_timeout=args.smoke_timeout,
+        gpus=args.gpus,
+        host=args.host,
+        python=args.python,
+        fresh=args.fresh,
+        grace_s=args.grace,
+    )
+    job = Job(launch(req, project), project)
+    print(f"launched {job.id} (profile {job.profile}); follow it with: rgt watch {job.name}")
+    return 0
+
+
+def _job(ref: str | None, project: Path):  # type: ignore[no-untyped-def]
+    from .api import Job
+
+    return Job.latest(project) if ref is None else Job.from_registry(ref, project)
+
+
+def _cmd_watch(args: argparse.Namespace, project: Path) -> int:
+    job = _job(args.job, project)
+    if not args.wait:
+        snap = job.snapshot()
+        print(snapshot_text(snap, job.traceback() if snap.state == "failed" else None))
+        return 0
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    last = None
+    while True:
+        snap = job.snapshot(log_lines=0)
+        line = f"{snap.state}: {progress_text(snap.progress)}"
+        if line != last:
+            print(line, flush=True)
+            last = line
+        if snap.terminal:
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            print(f"still {snap.state} after {args.timeout:g} s", file=sys.stderr)
+            return 124
+        time.sleep(0.5)
+    snap = job.snapshot()
+    tb = job.traceback() if snap.state == "failed" else None
+    print(strip_ansi(snapshot_text(snap, tb)))
+    return 0 if snap.state == "finished" else 1
+
+
+def _cmd_pull(args: argparse.Namespace, project: Path) -> int:
+    run = _job(args.job, project).pull(to=args.to)
+    print(run.text())
+    return 0 if run.verified else 1
+
+
+def _cmd_resume(args: argparse.Namespace, project: Path) -> int:
+    job = _job(args.job, project).resume(fresh=args.fresh)
+    print(f"relaunched {job.id}; follow it with: rgt watch {job.name}")
+    return 0
+
+
+def _cmd_jobs(project: Path) -> int:
+    from .api import Job
+    from .registry import Registry
+
+    rows = Registry(project).jobs()
+    if not rows:
+        print(f"no jobs in {project}")
+        return 0
+    table = [("ID", "NAME", "STATE", "PROFILE", "CREATED", "PROGRESS")]
+    for row in rows:
+        snap = Job(row, project).snapshot(log_lines=0)
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created_at"]))
+        table.append(
+            (
+                row["id"],
+                row["name"],
+                snap.state,
+                row["profile"],
+                created,
+                progress_text(snap.progress) if snap.progress else "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def _cmd_profiles(project: Path) -> int:
+    from .profiles import available, parse_profile
+
+    for name, path in sorted(available(project).items()):
+        prof = parse_profile(path)
+        print(f"{name:12} {prof.kind:12} {prof.description}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``rgt``; returns the exit code."""
+    args = _parser().parse_args(argv)
+    from .project import project_dir
+
+    project = project_dir(args.project)
+    try:
+        if args.command == "run":
+            return _cmd_run(args, project)
+        if args.command == "watch":
+            return _cmd_watch(args, project)
+        if args.command == "pull":
+            return _cmd_pull(args, project)
+        if args.command == "resume":
+            return _cmd_resume(args, project)
+        if args.command == "jobs":
+            return _cmd_jobs(project)
+        if args.command == "profiles":
+            return _cmd_profiles(project)
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo(Path(args.dir), timeout=args.timeout)
+    except RemoteTraceback as exc:
+        print(f"rgt: {exc.summary}", file=sys.stderr)
+        print("\n".join(strip_ansi(line) for line in exc.lines), file=sys.stderr)
+        return 1
+    except RgtError as exc:
+        print(f"rgt: {exc}", file=sys.stderr)
+        return 2
+    raise AssertionError(args.command)

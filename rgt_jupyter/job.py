@@ -1,0 +1,411 @@
+"""The job-side API: what a training program calls while it runs under rgt.
+
+``import rgt_jupyter.job as job`` works inside every job with nothing installed where it runs:
+the agent ships this file beside the job. It is stdlib-only (Python 3.8+); torch and numpy are
+used when the job has them.
+
+Environment the job sees: ``RGT_JOB_ID``, ``RGT_OUT`` (outputs, all of it is pulled),
+``RGT_CKPT_DIR`` (durable checkpoints), ``RGT_SMOKE=1`` during the CPU smoke, ``RGT_RESUME=1``
+when relaunched after an interruption.
+
+Checkpoints are written atomically (temporary file, fsync, a ``.sha256`` record, rename, fsync of
+the directory); the last ``keep`` are kept. :func:`load_latest` returns the newest checkpoint
+whose bytes match their record, loaded with ``torch.load(weights_only=True)``, and restores the
+python / numpy / torch (and CUDA) RNG states saved with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import random
+import re
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+__all__ = [
+    "progress",
+    "save_results",
+    "save_config",
+    "save_checkpoint",
+    "load_latest",
+    "preempted",
+    "is_smoke",
+    "is_resume",
+    "seed_everything",
+    "out_dir",
+    "ckpt_dir",
+]
+
+_CKPT_RE = re.compile(r"^ckpt-(\d{10})\.(pt|json)$")
+_PREEMPT_SIGNALS = ("SIGTERM", "SIGUSR2")
+_preempted_by: Optional[str] = None
+_lock = threading.Lock()
+
+
+# ----------------------------------------------------------------------------- locations
+
+
+def out_dir() -> str:
+    """The job's output dir (``$RGT_OUT``); ``./rgt_out`` when run outside rgt."""
+    path = os.environ.get("RGT_OUT") or os.path.abspath("rgt_out")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def ckpt_dir() -> str:
+    """The job's durable checkpoint dir (``$RGT_CKPT_DIR``); ``./rgt_ckpt`` outside rgt."""
+    path = os.environ.get("RGT_CKPT_DIR") or os.path.abspath("rgt_ckpt")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _control_dir() -> Optional[str]:
+    return os.environ.get("RGT_CONTROL_DIR") or None
+
+
+def is_smoke() -> bool:
+    """True during the CPU smoke run (``RGT_SMOKE=1``): use tiny shapes and a step or two."""
+    return os.environ.get("RGT_SMOKE") == "1"
+
+
+def is_resume() -> bool:
+    """True when this launch resumes an interrupted job (``RGT_RESUME=1``)."""
+    return os.environ.get("RGT_RESUME") == "1"
+
+
+# ----------------------------------------------------------------------------- atomic files
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _HashingWriter:
+    """A file wrapper that hashes every byte written through it."""
+
+    def __init__(self, fh: Any) -> None:
+        self._fh = fh
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.sha.update(view)
+        self.size += len(view)
+        return int(self._fh.write(view))
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+
+def _atomic_write(path: str, write: Callable[[Any], None]) -> Tuple[str, int]:
+    """Write ``path`` atomically via ``write(fileobj)``; return (sha256 hex, size)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
+    try:
+        with open(tmp, "wb") as fh:
+            hw = _HashingWriter(fh)
+            write(hw)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return hw.sha.hexdigest(), hw.size
+
+
+def _write_json_atomic(path: str, obj: Any) -> Tuple[str, int]:
+    data = (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
+    return _atomic_write(path, lambda fh: fh.write(data))
+
+
+def _json_default(obj: Any) -> Any:
+    """Turn tensors / numpy scalars and arrays into plain numbers and lists."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError("not JSON serializable: %r" % type(obj).__name__)
+
+
+# ----------------------------------------------------------------------------- progress & results
+
+
+def progress(step: int, total: Optional[int] = None, **metrics: Any) -> None:
+    """Report live progress (shown by ``%watch``) with optional scalar metrics (curves)."""
+    record: Dict[str, Any] = {"t": time.time(), "step": int(step)}
+    if total is not None:
+        record["total"] = int(total)
+    for key, value in metrics.items():
+        try:
+            record[key] = float(value)
+        except (TypeError, ValueError):
+            record[key] = str(value)
+    control = _control_dir()
+    if control is None:
+        sys.stderr.write("[rgt] progress %s\n" % json.dumps(record))
+        return
+    line = json.dumps(record) + "\n"
+    with _lock, open(os.path.join(control, "progress.jsonl"), "a") as fh:
+        fh.write(line)
+
+
+def save_results(results: Dict[str, Any]) -> str:
+    """Atomically write ``$RGT_OUT/results.json``; return its path."""
+    if not isinstance(results, dict):
+        raise TypeError("save_results expects a dict, e.g. {'val': {'acc': 0.93}}")
+    path = os.path.join(out_dir(), "results.json")
+    _write_json_atomic(path, results)
+    return path
+
+
+def save_config(config: Dict[str, Any]) -> str:
+    """Atomically write the run's config to ``$RGT_OUT/config.json`` (recorded in run.json)."""
+    if not isinstance(config, dict):
+        raise TypeError("save_config expects a dict")
+    path = os.path.join(out_dir(), "config.json")
+    _write_json_atomic(path, config)
+    return path
+
+
+# ----------------------------------------------------------------------------- preemption
+
+
+def _on_preempt(signum: int, frame: Any) -> None:
+    """Signal handler: only set the flag and leave a marker; the loop saves at the next step."""
+    global _preempted_by
+    name = signal.Signals(signum).name
+    if _preempted_by is None:
+        _preempted_by = name
+        control = _control_dir()
+        if control is not None:
+            try:
+                with open(os.path.join(control, "preempt.json"), "w") as fh:
+                    fh.write(json.dumps({"signal": name, "time": time.time(), "pid": os.getpid()}))
+            except OSError as exc:  # the flag is set regardless; say why the marker is missing
+                sys.stderr.write("[rgt] could not write preempt marker: %s\n" % exc)
+
+
+def _install_handlers() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in _PREEMPT_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, _on_preempt)
+
+
+def preempted() -> bool:
+    """True once SIGTERM or SIGUSR2 arrived: save a checkpoint, then return from training."""
+    return _preempted_by is not None
+
+
+# ----------------------------------------------------------------------------- seeds and RNG
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy (if present) and torch (if present, CUDA included)."""
+    random.seed(seed)
+    np = _maybe_import("numpy")
+    if np is not None:
+        np.random.seed(seed % (2**32))
+    torch = _maybe_import("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+def _maybe_import(name: str) -> Any:
+    if name in sys.modules:
+        return sys.modules[name]
+    if importlib.util.find_spec(name) is None:
+        return None
+    return __import__(name)
+
+
+def _rng_state() -> Dict[str, Any]:
+    version, internal, gauss = random.getstate()
+    state: Dict[str, Any] = {"python": [version, list(internal), gauss]}
+    np = _maybe_import("numpy")
+    if np is not None:
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]
+    torch = _maybe_import("torch")
+    if torch is not None:
+        state["torch"] = torch.get_rng_state()
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _restore_rng(state: Dict[str, Any]) -> None:
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    np = _maybe_import("numpy") if "numpy" in state else None
+    if np is not None:
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch = _maybe_import("torch") if "torch" in state else None
+    if torch is not None:
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def _list_ckpts(directory: str) -> List[Tuple[int, str]]:
+    found = []
+    for entry in os.listdir(directory):
+        m = _CKPT_RE.match(entry)
+        if m:
+            found.append((int(m.group(1)), entry))
+    return sorted(found)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale_tmp(directory: str) -> None:
+    """Remove temporary files left by writers that died mid-write (never trusted anyway)."""
+    for entry in os.listdir(directory):
+        m = re.match(r"^\..*\.tmp-(\d+)$", entry)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            try:
+                os.unlink(os.path.join(directory, entry))
+            except FileNotFoundError:
+                pass
+
+
+def save_checkpoint(state: Dict[str, Any], step: int, keep: int = 3) -> str:
+    """Atomically save ``state`` (plus RNG states) as checkpoint ``step``; keep the last ``keep``.
+
+    With torch present the file is ``ckpt-<step>.pt`` (``torch.save``); without torch the state
+    must be JSON-serializable and the file is ``ckpt-<step>.json``. Returns the path.
+    """
+    if not isinstance(state, dict):
+        raise TypeError("save_checkpoint expects a dict (model/optimizer state_dicts, step, ...)")
+    if keep < 1:
+        raise ValueError("keep must be >= 1")
+    directory = ckpt_dir()
+    payload = dict(state)
+    payload["_rgt"] = {"step": int(step), "rng": _rng_state(), "time": time.time()}
+    torch = _maybe_import("torch")
+    if torch is not None:
+        name = "ckpt-%010d.pt" % int(step)
+
+        def write(fh: Any) -> None:
+            torch.save(payload, fh)
+    else:
+        name = "ckpt-%010d.json" % int(step)
+        data = json.dumps(payload, default=_json_default).encode()
+
+        def write(fh: Any) -> None:
+            fh.write(data)
+
+    path = os.path.join(directory, name)
+    # Serialise into a temporary file, hashing as we go; the record is written before the rename
+    # so that a file under its final name always has a record to be checked against.
+    tmp = os.path.join(directory, ".%s.tmp-%d" % (name, os.getpid()))
+    try:
+        with open(tmp, "wb") as fh:
+            hw = _HashingWriter(fh)
+            write(hw)
+            fh.flush()
+            os.fsync(fh.fileno())
+        record = "%s  %s\n" % (hw.sha.hexdigest(), name)
+        _atomic_write(path + ".sha256", lambda f: f.write(record.encode()))
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    for _, old in _list_ckpts(directory)[:-keep]:
+        for victim in (old, old + ".sha256"):
+            try:
+                os.unlink(os.path.join(directory, victim))
+            except FileNotFoundError:
+                pass
+    _sweep_stale_tmp(directory)
+    return path
+
+
+def _sha256_file(path: str) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def _record_matches(path: str) -> bool:
+    record = path + ".sha256"
+    if not os.path.exists(record):
+        return False
+    with open(record) as fh:
+        expected = fh.read().split()
+    return bool(expected) and expected[0] == _sha256_file(path)
+
+
+def _load_file(path: str) -> Dict[str, Any]:
+    if path.endswith(".json"):
+        with open(path) as fh:
+            return dict(json.load(fh))
+    torch = _maybe_import("torch")
+    if torch is None:
+        raise RuntimeError("%s is a torch checkpoint but torch is not installed" % path)
+    return dict(torch.load(path, map_location="cpu", weights_only=True))
+
+
+def load_latest() -> Optional[Dict[str, Any]]:
+    """Return the newest complete checkpoint in ``$RGT_CKPT_DIR`` (or None) and restore its RNG.
+
+    A checkpoint counts only when its bytes match the sha256 record written with it and it loads
+    with ``weights_only=True``; others are skipped with a note on stderr. The returned dict is the
+    state that was saved, with ``step`` set when the state did not carry one.
+    """
+    directory = ckpt_dir()
+    for step, name in reversed(_list_ckpts(directory)):
+        path = os.path.join(directory, name)
+        if not _record_matches(path):
+            sys.stderr.write("[rgt] skipping %s: bytes do not match its .sha256 record\n" % name)
+            continue
+        try:
+            payload = _load_file(path)
+        except Exception as exc:  # noqa: BLE001 - a bad file is skipped, and said so
+            sys.stderr.write("[rgt] skipping %s: does not load (%s)\n" % (name, exc))
+            continue
+        meta = payload.pop("_rgt", {})
+        _restore_rng(meta.get("rng", {}))
+        payload.setdefault("step", meta.get("step", step))
+        sys.stderr.write("[rgt] loaded %s (step %d)\n" % (name, step))
+        return payload
+    return None
+
+
+if os.environ.get("RGT_JOB_ID"):
+    # Only inside a job: a notebook kernel that imports this module keeps its own handlers.
+    _install_handlers()

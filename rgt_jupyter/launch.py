@@ -1,0 +1,323 @@
+"""Prepare, ship and start a job: smoke, versioned code dir, agent, registry, launcher."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import JobNotFound, SmokeFailed, UsageError
+from .launcher import get_launcher
+from .names import check_identifier, check_job_name
+from .profiles import Profile, load_profile
+from .registry import Registry
+from .render import traceback_lines
+from .status import observe
+from .transport import Transport, get_transport
+
+CELL_PROGRAM = "rgt_cell.py"
+_HERE = Path(__file__).resolve().parent  # job.py and agent.py are shipped from here
+_LIB_INIT = '"""rgt_jupyter, as shipped beside a job: only the job-side API (rgt_jupyter.job)."""\n'
+_GPUS_RE = re.compile(r"all|none|\d+(,\d+)*")
+
+
+@dataclass
+class LaunchRequest:
+    """Everything ``%%remote_run`` / ``rgt run`` pass to :func:`launch`."""
+
+    program: str
+    name: str | None = None
+    profile: str = "local"
+    program_name: str = CELL_PROGRAM
+    label: str = "[remote_run]"
+    line_offset: int = 1
+    push: list[str] = field(default_factory=list)
+    inputs: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    smoke: bool | None = None
+    smoke_timeout: float = 120.0
+    gpus: str | None = None
+    host: str | None = None
+    python: str | None = None
+    fresh: bool = False
+    grace_s: float | None = None
+
+
+def default_name(program: str) -> str:
+    """A stable name for an unnamed cell: re-running the same cell finds the same job."""
+    return "job-" + hashlib.sha256(program.encode()).hexdigest()[:8]
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+
+
+def _serialize_inputs(inputs: dict[str, Any]) -> dict[str, bytes]:
+    """Notebook variables for ``--inputs``: JSON when it round-trips, else pickle (protocol 4)."""
+    files: dict[str, bytes] = {}
+    for name, value in inputs.items():
+        check_identifier(name, "--inputs variable")
+        try:
+            text = json.dumps(value)
+            if json.loads(text) == value:
+                files[f"{name}.json"] = text.encode()
+                continue
+        except (TypeError, ValueError):
+            pass
+        try:
+            files[f"{name}.pkl"] = pickle.dumps(value, protocol=4)
+        except Exception as exc:  # noqa: BLE001 - turned into a message the user can act on
+            raise UsageError(
+                f"--inputs {name}: cannot ship this value ({exc}); save it to a "
+                "file and use --push instead"
+            ) from exc
+    return files
+
+
+def _push_entries(paths: list[str]) -> list[tuple[Path, str]]:
+    """(local file, relative destination) for every file under the ``--push`` paths."""
+    entries: list[tuple[Path, str]] = []
+    seen: set[str] = set()
+    for raw in paths:
+        src = Path(raw).expanduser()
+        if not src.exists():
+            raise UsageError(f"--push {raw!r}: no such file or directory")
+        base = src.resolve().name
+        if base in seen or base in (CELL_PROGRAM,):
+            raise UsageError(f"--push {raw!r}: another pushed item is already named {base!r}")
+        seen.add(base)
+        if src.is_dir():
+            for dirpath, dirnames, filenames in os.walk(src):
+                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+                for fname in sorted(filenames):
+                    full = Path(dirpath) / fname
+                    if full.is_symlink():
+                        continue
+                    entries.append((full, f"{base}/{full.relative_to(src).as_posix()}"))
+        else:
+            entries.append((src, base))
+    return entries
+
+
+def _sha256_path(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def code_hash(program: str, pushed: list[tuple[Path, str]]) -> str:
+    """sha256 over the program and every pushed file (path and content)."""
+    sha = hashlib.sha256()
+    sha.update(b"program\0" + program.encode() + b"\0")
+    for local, rel in sorted(pushed, key=lambda e: e[1]):
+        sha.update(rel.encode() + b"\0" + _sha256_path(local).encode() + b"\0")
+    return sha.hexdigest()
+
+
+def ship(
+    transport: Transport,
+    control: str,
+    req: LaunchRequest,
+    pushed: list[tuple[Path, str]],
+    inputs: dict[str, bytes],
+) -> dict[str, str]:
+    """Write program, pushed files, inputs, the job API and the agent under ``control``."""
+    code = f"{control}/code"
+    lib = f"{control}/lib"
+    transport.makedirs(code)
+    transport.write_bytes(f"{code}/{req.program_name}", req.program.encode())
+    for local, rel in pushed:
+        transport.put(local, f"{code}/{rel}")
+    inputs_dir = f"{control}/inputs"
+    transport.makedirs(inputs_dir)
+    for fname, data in inputs.items():
+        transport.write_bytes(f"{inputs_dir}/{fname}", data, mode=0o600)
+    transport.write_bytes(f"{lib}/rgt_jupyter/__init__.py", _LIB_INIT.encode())
+    transport.put(_HERE / "job.py", f"{lib}/rgt_jupyter/job.py")
+    transport.put(_HERE / "agent.py", f"{control}/agent.py")
+    return {
+        "code_dir": code,
+        "lib_dir": lib,
+        "inputs_dir": inputs_dir,
+        "program": f"{code}/{req.program_name}",
+    }
+
+
+def run_smoke(
+    req: LaunchRequest,
+    pushed: list[tuple[Path, str]],
+    inputs: dict[str, bytes],
+    env: dict[str, str],
+) -> None:
+    """Run the program on this machine with ``RGT_SMOKE=1`` under a time budget.
+
+    Raises :class:`SmokeFailed` (with the traceback, in the cell's line numbers) when it fails.
+    """
+    from .transport.local import LocalTransport
+
+    with tempfile.TemporaryDirectory(prefix="rgt-smoke-") as tmp:
+        paths = ship(LocalTransport(), tmp, req, pushed, inputs)
+        run_env = dict(os.environ)
+        run_env.update(env)
+        run_env.update(
+            {
+                "RGT_SMOKE": "1",
+                "RGT_JOB_ID": "smoke",
+                "RGT_OUT": f"{tmp}/out",
+                "RGT_CKPT_DIR": f"{tmp}/ckpt",
+                "RGT_CONTROL_DIR": tmp,
+                "RGT_INPUTS_DIR": paths["inputs_dir"],
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": paths["lib_dir"],
+            }
+        )
+        run_env.pop("RGT_RESUME", None)
+        argv = [sys.executable, f"{tmp}/agent.py", "cell", paths["program"]]
+        try:
+            proc = subprocess.run(
+                argv,
+                cwd=paths["code_dir"],
+                env=run_env,
+                capture_output=True,
+                timeout=req.smoke_timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise SmokeFailed(
+                f"the smoke run exceeded its {req.smoke_timeout:g} s budget, so the launch was "
+                "blocked",
+                [
+                    "Make the cell take a short path when rgt_jupyter.job.is_smoke() (RGT_SMOKE=1): "
+                    "tiny shapes, one or two steps.",
+                    "Or: --smoke-timeout S, or --no-smoke.",
+                ],
+            ) from exc
+        if proc.returncode != 0:
+            error_path = Path(tmp) / "error.json"
+            if error_path.exists():
+                error = json.loads(error_path.read_text())
+                lines = traceback_lines(
+                    error, paths["program"], req.line_offset, req.label, "smoke", "this machine"
+                )
+            else:
+                lines = proc.stdout.decode(errors="replace").splitlines()[-30:]
+            raise SmokeFailed(
+                f"the CPU smoke run failed (exit {proc.returncode}); nothing was launched",
+                [*lines, "(--no-smoke skips the smoke run)"],
+            )
+
+
+def _gpus_env(gpus: str | None) -> dict[str, str]:
+    if gpus is None or gpus == "all":
+        return {}
+    if not _GPUS_RE.fullmatch(gpus):
+        raise UsageError(f"--gpus {gpus!r}: use device indices like 0 or 0,1, or 'all' / 'none'")
+    return {"CUDA_VISIBLE_DEVICES": "" if gpus == "none" else gpus}
+
+
+def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
+    """Launch (or resume) a job; return its registry row. Nothing is created before every check
+    (name, profile, flags, paths, smoke) has passed."""
+    profile: Profile = load_profile(req.profile, project)
+    name = check_job_name(req.name or default_name(req.program))
+    if req.host not in (None, "", "localhost", "127.0.0.1") and profile.transport == "local":
+        raise UsageError(
+            f"--host {req.host!r}: profile {profile.name!r} runs on this machine; "
+            "use an ssh profile to run elsewhere"
+        )
+    env = {**req.env, **_gpus_env(req.gpus)}
+    pushed = _push_entries(req.push)
+    inputs = _serialize_inputs(req.inputs)
+    registry = Registry(project)
+    transport = get_transport(profile.transport)
+
+    previous: dict[str, Any] | None
+    try:
+        previous = registry.get(name)
+    except JobNotFound:
+        previous = None
+    resume = False
+    if previous is not None:
+        prev_state = observe(transport, previous["spec"]).state
+        registry.set_state(previous["id"], prev_state)
+        if prev_state in ("queued", "running"):
+            raise UsageError(
+                f"job {name!r} is still {prev_state} ({previous['id']}): `%watch {name}` to follow "
+                "it, or pick another --name"
+            )
+        resume = prev_state in ("preempted", "failed", "lost") and not req.fresh
+
+    smoke = profile.smoke_default if req.smoke is None else req.smoke
+    if smoke:
+        run_smoke(req, pushed, inputs, env)
+
+    project_str = str(project)
+    lineage = previous["lineage"] if resume and previous else f"{_stamp()}-{secrets.token_hex(3)}"
+    attempt = previous["attempt"] + 1 if resume and previous else 1
+    job_id = f"{name}-{_stamp()}-{secrets.token_hex(2)}"
+    control = f"{profile.expand(profile.workdir, project)}/{job_id}"
+    durable = f"{profile.expand(profile.durable_dir, project)}/{name}/{lineage}"
+    python = req.python or profile.interpreter()
+    hash_ = code_hash(req.program, pushed)
+    paths = ship(transport, control, req, pushed, inputs)
+    spec: dict[str, Any] = {
+        "job_id": job_id,
+        "name": name,
+        "lineage": lineage,
+        "attempt": attempt,
+        "profile": profile.name,
+        "host": transport.host,
+        "transport": profile.transport,
+        "launcher": profile.launcher,
+        "project": project_str,
+        "control_dir": control,
+        "out_dir": f"{durable}/out",
+        "ckpt_dir": f"{durable}/ckpt",
+        "python": python,
+        "cwd": paths["code_dir"],
+        "env": env,
+        "resume": resume,
+        "grace_s": req.grace_s if req.grace_s is not None else profile.grace_s,
+        "heartbeat_s": profile.heartbeat_s,
+        "line_offset": req.line_offset,
+        "label": req.label,
+        "code_hash": hash_,
+        "pushed": [rel for _, rel in pushed],
+        "inputs": sorted(req.inputs),
+        "smoke": smoke,
+        "created_at": time.time(),
+        "previous_job": previous["id"] if previous else None,
+        "code_changed": bool(resume and previous and previous["spec"].get("code_hash") != hash_),
+        **paths,
+    }
+    transport.write_bytes(f"{control}/launch.json", json.dumps(spec, indent=1).encode())
+    registry.add_job(job_id, name, lineage, attempt, profile.name, transport.host, spec)
+    launcher = get_launcher(profile.launcher)
+    try:
+        record = launcher.submit(transport, python, control)
+    except Exception as exc:
+        registry.set_state(job_id, "failed", reason=str(exc))
+        raise
+    registry.update_spec(job_id, launched_at=time.time(), **record)
+    registry.event(
+        job_id,
+        "launched",
+        resume=resume,
+        attempt=attempt,
+        launch_line=launcher.launch_line(python, control),
+        **record,
+    )
+    return registry.get(job_id)

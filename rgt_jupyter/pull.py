@@ -1,0 +1,314 @@
+"""Pull a job's outputs and checkpoints into an immutable ``runs/<run-id>/``, verified.
+
+Every file lands as ``<name>.part``, hashed while written, fsynced, and is renamed to its name only
+when its sha256 equals both the pull-time listing and the end-of-job manifest the agent wrote
+when the job exited (so a file altered or truncated after the job wrote it is caught). Each
+checkpoint is then loaded in a separate, time-limited process with ``weights_only=True``. The run
+is ``verified`` only when every hash matches and every checkpoint loads. The whole run dir is
+assembled under a hidden partial name and renamed into place at the end; an existing run is never
+touched, and a second pull mints a new run id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .errors import PullError
+from .project import runs_dir
+from .provenance import build_run_json
+from .registry import Registry
+from .transport import Transport, get_transport
+
+CKPT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
+ProgressFn = Callable[[int, int, str], None]
+
+
+def safe_relpath(rel: str) -> PurePosixPath:
+    """A manifest path as a relative path that cannot leave its folder; raises otherwise."""
+    path = PurePosixPath(rel)
+    if (
+        path.is_absolute()
+        or not path.parts
+        or any(p in ("", ".", "..") for p in path.parts)
+        or "\x00" in rel
+        or "\\" in rel
+    ):
+        raise PullError(f"refusing manifest path {rel!r}: it would escape the run folder")
+    return path
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=2, sort_keys=True, default=str)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def remote_listing(transport: Transport, spec: dict[str, Any]) -> dict[str, Any]:
+    """Hash the job's outputs and checkpoints where they live (one command through the agent)."""
+    argv = [
+        spec["python"],
+        f"{spec['control_dir']}/agent.py",
+        "manifest",
+        f"outputs={spec['out_dir']}",
+        f"checkpoints={spec['ckpt_dir']}",
+    ]
+    result = transport.exec(argv, timeout=3600).check()
+    listing: dict[str, Any] = json.loads(result.stdout)
+    return listing
+
+
+def check_space(dest_root: Path, nbytes: int, nfiles: int) -> None:
+    """Refuse up front when the files cannot fit (bytes or inodes) where the run will land."""
+    dest_root.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(dest_root).free
+    st = os.statvfs(dest_root)
+    margin = 1 << 20
+    if nbytes + margin > free:
+        raise PullError(
+            f"not enough space in {dest_root}: the pull needs {nbytes} bytes, "
+            f"{free} are free. Free some space or pull elsewhere with --to DIR."
+        )
+    if st.f_files and nfiles + 16 > st.f_favail:
+        raise PullError(
+            f"not enough inodes in {dest_root}: the pull needs {nfiles + 16} files, "
+            f"{st.f_favail} inodes are free. Pull elsewhere with --to DIR."
+        )
+
+
+def _copy_verified(transport: Transport, src: str, part: Path) -> tuple[str, int]:
+    sha = hashlib.sha256()
+    size = 0
+    part.parent.mkdir(parents=True, exist_ok=True)
+    with transport.open_read(src) as fin, open(part, "wb") as fout:
+        while True:
+            chunk = fin.read(1 << 20)
+            if not chunk:
+                break
+            sha.update(chunk)
+            size += len(chunk)
+            fout.write(chunk)
+        fout.flush()
+        os.fsync(fout.fileno())
+    return sha.hexdigest(), size
+
+
+def load_checkpoints(paths: list[Path], timeout: float) -> dict[str, dict[str, Any]]:
+    """Load checkpoints in a separate process with a time limit (see :mod:`.safe_load`)."""
+    if not paths:
+        return {}
+    argv = [sys.executable, "-m", "rgt_jupyter.safe_load", *map(str, paths)]
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        return {
+            str(p): {"ok": False, "detail": f"loading took longer than {timeout:.0f} s"}
+            for p in paths
+        }
+    try:
+        results: dict[str, dict[str, Any]] = json.loads(proc.stdout)
+    except ValueError:
+        detail = proc.stderr.decode(errors="replace")[-500:]
+        return {str(p): {"ok": False, "detail": f"loader crashed: {detail}"} for p in paths}
+    return results
+
+
+def _sidecar_sha(transport: Transport, spec: dict[str, Any], rel: str) -> str | None:
+    """The sha256 recorded by ``save_checkpoint`` for checkpoints/<name>, if any."""
+    if not rel.startswith("checkpoints/") or rel.endswith(".sha256"):
+        return None
+    text = transport.read_text(f"{spec['ckpt_dir']}/{rel[len('checkpoints/') :]}.sha256")
+    return text.split()[0] if text and text.split() else None
+
+
+def _next_run_id(root: Path, job_id: str) -> str:
+    n = 1
+    while (root / f"{job_id}-r{n}").exists():
+        n += 1
+    return f"{job_id}-r{n}"
+
+
+def pull(
+    row: dict[str, Any],
+    project: Path,
+    to: Path | None = None,
+    on_progress: ProgressFn | None = None,
+) -> Path:
+    """Pull a job into a new run dir and return its path (see the module docstring)."""
+    from .status import observe
+
+    spec = row["spec"]
+    transport = get_transport(spec["transport"])
+    snap = observe(transport, spec)
+    if not snap.terminal:
+        raise PullError(
+            f"job {spec['job_id']} is {snap.state}: wait for it to end "
+            f"(`%watch {spec['name']} --wait`), then pull"
+        )
+    control = spec["control_dir"]
+    end_text = transport.read_text(f"{control}/manifest.json")
+    end_manifest = json.loads(end_text)["files"] if end_text else None
+    listing = remote_listing(transport, spec)
+    files: dict[str, dict[str, Any]] = listing["files"]
+    if not files:
+        raise PullError(
+            f"job {spec['job_id']} wrote nothing to $RGT_OUT or its checkpoint dir: "
+            "there is nothing to pull"
+        )
+    for rel in files:
+        safe_relpath(rel)
+    root = (to if to is not None else runs_dir(project)).resolve()
+    total = sum(int(f["size"]) for f in files.values())
+    check_space(root, total, len(files))
+
+    run_id = _next_run_id(root, spec["job_id"])
+    partial = root / f".partial-{run_id}-{secrets.token_hex(3)}"
+    partial.mkdir(parents=True)
+    mismatches: list[dict[str, Any]] = []
+    landed: list[dict[str, Any]] = []
+    done = 0
+    for rel in sorted(files):
+        entry = files[rel]
+        prefix, _, sub = rel.partition("/")
+        src = f"{spec['out_dir'] if prefix == 'outputs' else spec['ckpt_dir']}/{sub}"
+        dest = partial / safe_relpath(rel)
+        part = dest.with_name(dest.name + ".part")
+        try:
+            got, size = _copy_verified(transport, src, part)
+        except FileNotFoundError:
+            mismatches.append({"path": rel, "reason": "vanished at the source during the pull"})
+            continue
+        done += size
+        if on_progress is not None:
+            on_progress(done, total, rel)
+        reason = None
+        expected = entry["sha256"]
+        if got != entry["sha256"] or size != int(entry["size"]):
+            reason = "changed at the source during the pull (still being written?)"
+        elif end_manifest is not None and rel not in end_manifest:
+            reason = "not in the end-of-job manifest: appeared after the job ended"
+        elif end_manifest is not None and end_manifest[rel]["sha256"] != got:
+            expected = end_manifest[rel]["sha256"]
+            reason = (
+                "altered or truncated at the source after the job wrote it "
+                f"({end_manifest[rel]['size']} bytes written, {size} now)"
+            )
+        else:
+            recorded = _sidecar_sha(transport, spec, rel)
+            if recorded is not None and recorded != got:
+                expected, reason = recorded, "does not match the sha256 recorded when it was saved"
+        if reason is not None:
+            mismatches.append(
+                {
+                    "path": rel,
+                    "reason": reason,
+                    "expected": expected,
+                    "got": got,
+                    "kept_as": str(part.relative_to(partial)),
+                }
+            )
+            continue
+        os.replace(part, dest)
+        landed.append({"path": rel, "size": size, "sha256": got})
+    if end_manifest is not None:
+        for rel in sorted(set(end_manifest) - set(files)):
+            mismatches.append(
+                {"path": rel, "reason": "written by the job but missing at the source"}
+            )
+
+    ckpts = [
+        partial / e["path"]
+        for e in landed
+        if e["path"].startswith("checkpoints/")
+        and (e["path"].endswith(CKPT_SUFFIXES) or PurePosixPath(e["path"]).name.startswith("ckpt-"))
+        and not e["path"].endswith(".sha256")
+    ]
+    ckpt_bytes = sum(p.stat().st_size for p in ckpts)
+    loads = load_checkpoints(ckpts, timeout=120 + ckpt_bytes / 20e6)
+    load_report = [
+        {"path": str(Path(k).relative_to(partial)), **v} for k, v in sorted(loads.items())
+    ]
+
+    results_src = partial / "outputs" / "results.json"
+    if results_src.exists():
+        shutil.copyfile(results_src, partial / "results.json")
+        landed.append(
+            {
+                "path": "results.json",
+                "size": results_src.stat().st_size,
+                "sha256": next(e["sha256"] for e in landed if e["path"] == "outputs/results.json"),
+            }
+        )
+    verified = not mismatches and all(r["ok"] for r in load_report) and bool(landed)
+    verification = {
+        "verified": verified,
+        "checked_at": time.time(),
+        "reference": (
+            "end-of-job manifest written by the agent"
+            if end_manifest is not None
+            else "pull-time listing only: the job ended without an end-of-job manifest"
+        ),
+        "summary": (
+            f"{len(landed)} files match, {len(mismatches)} mismatched, "
+            f"{sum(r['ok'] for r in load_report)}/{len(load_report)} checkpoints load"
+        ),
+        "mismatches": mismatches,
+        "checkpoint_loads": load_report,
+    }
+    _write_json(
+        partial / "manifest.json",
+        {
+            "schema": "rgt-manifest/1",
+            "run_id": run_id,
+            "files": sorted(landed, key=lambda e: e["path"]),
+            "totals": {"files": len(landed), "bytes": sum(e["size"] for e in landed)},
+            "unverified": mismatches,
+        },
+    )
+    _write_json(partial / "verification.json", verification)
+    exit_text = transport.read_text(f"{control}/exit.json")
+    env_text = transport.read_text(f"{control}/env.json")
+    config_path = partial / "outputs" / "config.json"
+    run_json = build_run_json(
+        run_id=run_id,
+        spec=spec,
+        exit_rec=json.loads(exit_text) if exit_text else None,
+        env=json.loads(env_text) if env_text else None,
+        config=json.loads(config_path.read_text()) if config_path.exists() else None,
+        verification=verification,
+        pulled_at=time.time(),
+    )
+    run_json["state_at_pull"] = snap.state
+    _write_json(partial / "run.json", run_json)
+    _fsync_dir(partial)
+    final = root / run_id
+    while final.exists():
+        run_id = _next_run_id(root, spec["job_id"])
+        final = root / run_id
+    os.rename(partial, final)
+    _fsync_dir(root)
+    Registry(project).add_run(run_id, spec["job_id"], final, verified)
+    return final

@@ -1,0 +1,171 @@
+"""What a job is doing, decided from its process and artifacts (never from log text).
+
+``finished`` / ``failed`` / ``preempted`` come from ``exit.json``, the record the agent writes last,
+after the job process has exited. Without it: the agent's process (pid + start time + boot id,
+read from ``/proc`` through the transport) alive means ``running``; gone means ``lost``. Before
+the agent's first ``status.json`` the job is ``queued``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .transport import Transport
+
+STATES = ("queued", "running", "finished", "failed", "preempted", "lost")
+TERMINAL = frozenset({"finished", "failed", "preempted", "lost"})
+#: A launched job whose agent has not reported within this many seconds, and is gone, is lost.
+START_GRACE_S = 60.0
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+MAX_LINE = 400
+
+
+@dataclass
+class Snapshot:
+    """One observation of a job."""
+
+    job_id: str
+    name: str
+    state: str
+    host: str
+    observed_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    heartbeat_age: float | None = None
+    heartbeat_seq: int | None = None
+    progress: dict[str, Any] | None = None
+    log_tail: list[str] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+    diagnosis: str | None = None
+    resume_attempt: int = 1
+
+    @property
+    def terminal(self) -> bool:
+        """True for finished / failed / preempted / lost."""
+        return self.state in TERMINAL
+
+    @property
+    def elapsed(self) -> float | None:
+        """Seconds the job has been (or was) running."""
+        if self.started_at is None:
+            return None
+        return (self.ended_at or self.observed_at) - self.started_at
+
+
+def _json(transport: Transport, path: str) -> dict[str, Any] | None:
+    text = transport.read_text(path)
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def clean_log(data: bytes, max_lines: int) -> list[str]:
+    """Decode with replacement, drop ANSI codes, keep the last ``\\r`` segment, cap long lines."""
+    text = data.decode("utf-8", errors="replace")
+    lines = []
+    for raw in text.split("\n"):
+        line = _ANSI.sub("", raw.rstrip("\r").split("\r")[-1])
+        if len(line) > MAX_LINE:
+            line = line[:MAX_LINE] + f" ... [{len(line) - MAX_LINE} more characters]"
+        lines.append(line)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines[-max_lines:] if max_lines > 0 else []
+
+
+def last_progress(transport: Transport, control: str) -> dict[str, Any] | None:
+    """The newest complete record of ``progress.jsonl``."""
+    data = transport.tail(f"{control}/progress.jsonl", 8192)
+    for line in reversed(data.decode("utf-8", errors="replace").splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def observe(transport: Transport, spec: dict[str, Any], log_lines: int = 12) -> Snapshot:
+    """Observe a job from its control dir; see the module docstring for the rules."""
+    control = spec["control_dir"]
+    now = time.time()
+    snap = Snapshot(
+        job_id=spec["job_id"],
+        name=spec["name"],
+        state="queued",
+        host=spec.get("host", transport.host),
+        observed_at=now,
+        resume_attempt=int(spec.get("attempt", 1)),
+    )
+    exit_rec = _json(transport, f"{control}/exit.json")
+    status = _json(transport, f"{control}/status.json")
+    if exit_rec is None and status is not None:
+        alive = transport.proc_alive(int(status["agent_pid"]), status.get("agent_start_ticks"))
+        same_boot = status.get("boot_id") in (None, transport.boot_id())
+        if alive and same_boot:
+            snap.state = "running"
+        else:
+            exit_rec = _json(transport, f"{control}/exit.json")  # it may have ended meanwhile
+            if exit_rec is None:
+                snap.state = "lost"
+                snap.diagnosis = (
+                    "the agent is gone without an exit record"
+                    + ("" if same_boot else " (the machine rebooted)")
+                    + ": the job was killed from outside (kill -9, OOM killer, reboot). "
+                    "Re-run the cell or `rgt resume NAME` to continue from the last checkpoint."
+                )
+    elif exit_rec is None:
+        agent_pid = spec.get("agent_pid")
+        launched = float(spec.get("launched_at") or spec.get("created_at") or now)
+        if agent_pid is not None and transport.proc_alive(int(agent_pid), None):
+            snap.state = "queued"
+        elif agent_pid is not None or now - launched > START_GRACE_S:
+            exit_rec = _json(transport, f"{control}/exit.json")
+            if exit_rec is None and _json(transport, f"{control}/status.json") is None:
+                snap.state = "lost"
+                snap.diagnosis = f"the agent never reported; see {control}/agent.log"
+    if status is not None:
+        snap.started_at = status.get("started_at")
+    if exit_rec is not None:
+        snap.state = str(exit_rec["state"])
+        snap.exit_code = exit_rec.get("exit_code")
+        snap.signal = exit_rec.get("signal")
+        snap.ended_at = exit_rec.get("ended_at")
+        snap.started_at = exit_rec.get("started_at", snap.started_at)
+    beat = _json(transport, f"{control}/heartbeat.json")
+    if beat is not None:
+        snap.heartbeat_seq = beat.get("seq")
+        snap.heartbeat_age = max(0.0, now - float(beat.get("wall", now)))
+    snap.progress = last_progress(transport, control)
+    snap.log_tail = clean_log(transport.tail(f"{control}/log", 16384), log_lines)
+    if snap.state == "failed":
+        snap.error = _json(transport, f"{control}/error.json")
+        snap.diagnosis = diagnose_failure(snap)
+    elif snap.state == "preempted":
+        snap.diagnosis = (
+            "preempted: the job saved at a step boundary and stopped. Re-run the cell (or "
+            f"`rgt resume {snap.name}`) to continue from its latest checkpoint."
+        )
+    return snap
+
+
+def diagnose_failure(snap: Snapshot) -> str:
+    """A one-line diagnosis of a failed job, from its exit record and error record."""
+    if snap.error is not None:
+        return f"Python exception in the job: {snap.error.get('type')}: {snap.error.get('message')}"
+    if snap.signal == "SIGKILL" or snap.exit_code == 137:
+        return "killed by SIGKILL (the OOM killer or kill -9); no traceback was possible"
+    if snap.signal:
+        return f"ended by {snap.signal}"
+    return f"exited with code {snap.exit_code}"

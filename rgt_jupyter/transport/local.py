@@ -1,0 +1,92 @@
+"""The local transport: this machine, plain files and subprocesses."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import BinaryIO
+
+from .base import ExecResult, FileStat, Transport
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalTransport(Transport):
+    """Runs commands with :mod:`subprocess` (argv lists, never a shell) and reads files directly."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.host = socket.gethostname()
+
+    def exec(
+        self, argv: list[str], *, stdin: bytes | None = None, timeout: float | None = 60.0
+    ) -> ExecResult:
+        proc = subprocess.run(
+            argv,
+            input=stdin if stdin is not None else b"",
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+        return ExecResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+    def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read() if length is None else fh.read(length)
+
+    def write_bytes(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        _fsync_dir(directory)
+
+    def put(self, local: Path, remote: str) -> None:
+        directory = os.path.dirname(os.path.abspath(remote))
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(remote)}.tmp-{os.getpid()}")
+        try:
+            shutil.copy2(local, tmp)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, remote)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        _fsync_dir(directory)
+
+    def open_read(self, path: str) -> BinaryIO:
+        return open(path, "rb")
+
+    def stat(self, path: str) -> FileStat | None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return FileStat(st.st_size, st.st_mtime, os.path.isdir(path))
+
+    def makedirs(self, path: str, mode: int = 0o755) -> None:
+        os.makedirs(path, mode=mode, exist_ok=True)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up rgt-jupyter in ./.venv: Python 3.10+, torch (the CPU wheel where one lies on this
+# machine's disk), the package in editable mode with its test and lint tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+"$PY" - <<'PYV'
+import sys
+if sys.version_info < (3, 10):
+    sys.exit(f"rgt-jupyter needs Python 3.10+, found {sys.version.split()[0]}")
+PYV
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+. .venv/bin/activate
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+# torch==2.13.0 resolves to the CPU wheel kept on this machine's disk; elsewhere pip picks the
+# build for the platform. The package itself only asks for a loose torch>=2.0.
+python -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
+python -c "import torch" || { echo "torch did not install" >&2; exit 1; }
+python -m pip install -q -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+python -c "import rgt_jupyter, nbclient, ipykernel, matplotlib, pytest" \
+  || { echo "setup incomplete: a dependency failed to install" >&2; exit 1; }
+echo "rgt-jupyter is set up in .venv"
