@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any, Dict
 
 SCHEMA = "rgt-agent/1"
 _FORWARDED = ("SIGTERM", "SIGUSR2", "SIGINT")
@@ -44,7 +45,7 @@ def _now() -> float:
     return time.time()
 
 
-def write_json_atomic(path, obj):
+def write_json_atomic(path: str, obj: Any) -> None:
     """Write JSON to ``path`` via a temporary file, fsync and rename."""
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
@@ -60,7 +61,7 @@ def write_json_atomic(path, obj):
         os.close(fd)
 
 
-def proc_start_ticks(pid):
+def proc_start_ticks(pid: int) -> int | None:
     """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
     try:
         with open("/proc/%d/stat" % pid) as fh:
@@ -70,7 +71,7 @@ def proc_start_ticks(pid):
     return int(data[data.rindex(")") + 2 :].split()[19])
 
 
-def boot_id():
+def boot_id() -> str | None:
     try:
         with open("/proc/sys/kernel/random/boot_id") as fh:
             return fh.read().strip()
@@ -81,7 +82,7 @@ def boot_id():
 # ----------------------------------------------------------------------------- manifest
 
 
-def sha256_file(path):
+def sha256_file(path: str) -> tuple[str, int]:
     sha = hashlib.sha256()
     size = 0
     with open(path, "rb") as fh:
@@ -94,12 +95,12 @@ def sha256_file(path):
     return sha.hexdigest(), size
 
 
-def is_temporary(name):
+def is_temporary(name: str) -> bool:
     """Files that are never part of a result: in-flight temporaries of atomic writes."""
     return name.startswith(".") and ".tmp-" in name
 
 
-def build_manifest(roots):
+def build_manifest(roots: dict[str, str]) -> dict[str, Any]:
     """Manifest of ``{prefix: dir}``: ``{"prefix/rel": {"size", "sha256"}}``; symlinks refused."""
     files = {}
     refused = []
@@ -124,9 +125,9 @@ def build_manifest(roots):
 # ----------------------------------------------------------------------------- environment
 
 
-def describe_env():
+def describe_env() -> dict[str, Any]:
     """This interpreter and machine: python, platform, packages, CPUs, GPUs (nvidia-smi)."""
-    info = {
+    info: Dict[str, Any] = {
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "platform": platform.platform(),
@@ -154,7 +155,7 @@ def describe_env():
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             timeout=15,
-            universal_newlines=True,
+            text=True,
         )
         info["nvidia_smi"] = {"rc": out.returncode, "stdout": out.stdout, "stderr": out.stderr}
         full = subprocess.run(
@@ -162,7 +163,7 @@ def describe_env():
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             timeout=15,
-            universal_newlines=True,
+            text=True,
         )
         info["nvidia_smi"]["full"] = full.stdout
     except (OSError, subprocess.SubprocessError):
@@ -173,8 +174,8 @@ def describe_env():
 # ----------------------------------------------------------------------------- the job process
 
 
-def _load_inputs(directory):
-    values = {}
+def _load_inputs(directory: str | None) -> dict[str, Any]:
+    values: Dict[str, Any] = {}
     if not directory or not os.path.isdir(directory):
         return values
     for name in sorted(os.listdir(directory)):
@@ -189,13 +190,13 @@ def _load_inputs(directory):
     return values
 
 
-def _error_record(exc, program):
+def _error_record(exc: BaseException, program: str) -> dict[str, Any]:
     frames = []
     for fs in traceback.extract_tb(exc.__traceback__):
         if os.path.abspath(fs.filename) == os.path.abspath(__file__):
             continue
         frames.append({"file": fs.filename, "line": fs.lineno, "name": fs.name, "text": fs.line})
-    record = {
+    record: Dict[str, Any] = {
         "type": type(exc).__name__,
         "message": str(exc),
         "program": program,
@@ -213,7 +214,7 @@ def _error_record(exc, program):
     return record
 
 
-def run_cell(program):
+def run_cell(program: str) -> int:
     """Run ``program`` as ``__main__``; on an exception write ``error.json`` and exit 1."""
     program = os.path.abspath(program)
     sys.argv = [program]
@@ -243,20 +244,21 @@ def run_cell(program):
 class Supervisor:
     """Runs the job process, heartbeats, forwards signals, records the end."""
 
-    def __init__(self, control):
+    def __init__(self, control: str) -> None:
         self.control = os.path.abspath(control)
         with open(os.path.join(self.control, "launch.json")) as fh:
             self.spec = json.load(fh)
-        self.child = None
-        self.signals = []
-        self.kill_deadline = None
+        self.child: subprocess.Popen[bytes] | None = None
+        self.signals: list[dict[str, Any]] = []
+        self.kill_deadline: float | None = None
+        self.started_at = _now()
         self.seq = 0
         self.mono0 = time.monotonic()
 
-    def path(self, name):
+    def path(self, name: str) -> str:
         return os.path.join(self.control, name)
 
-    def status(self, **extra):
+    def status(self, **extra: Any) -> None:
         record = {
             "schema": SCHEMA,
             "job_id": self.spec["job_id"],
@@ -270,7 +272,7 @@ class Supervisor:
         record.update(extra)
         write_json_atomic(self.path("status.json"), record)
 
-    def on_signal(self, signum, frame):
+    def on_signal(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         self.signals.append({"signal": name, "time": _now()})
         if self.child is not None and self.child.poll() is None:
@@ -281,7 +283,7 @@ class Supervisor:
             if self.kill_deadline is None:
                 self.kill_deadline = time.monotonic() + float(self.spec.get("grace_s", 30))
 
-    def heartbeat(self):
+    def heartbeat(self) -> None:
         self.seq += 1
         write_json_atomic(
             self.path("heartbeat.json"),
@@ -293,7 +295,7 @@ class Supervisor:
             },
         )
 
-    def job_env(self):
+    def job_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.spec.get("env", {}))
         lib = self.spec["lib_dir"]
@@ -311,7 +313,7 @@ class Supervisor:
             env.pop("RGT_RESUME", None)
         return env
 
-    def final_state(self, rc):
+    def final_state(self, rc: int) -> str:
         if os.path.exists(self.path("preempt.json")) or any(
             s["signal"] in ("SIGTERM", "SIGUSR2") for s in self.signals
         ):
@@ -322,7 +324,7 @@ class Supervisor:
             return "preempted"
         return "failed"
 
-    def run(self):
+    def run(self) -> int:
         self.started_at = _now()
         for name in _FORWARDED:
             signal.signal(getattr(signal, name), self.on_signal)
@@ -382,14 +384,14 @@ class Supervisor:
         self.heartbeat()
         return 0
 
-    def record_env(self):
+    def record_env(self) -> None:
         try:
             write_json_atomic(self.path("env.json"), describe_env())
         except Exception as exc:  # noqa: BLE001 - provenance is best effort, and says so
             write_json_atomic(self.path("env.json"), {"error": repr(exc)})
 
 
-def spawn(control):
+def spawn(control: str) -> int:
     """Double-fork ``run CONTROL`` into its own session so it outlives its caller; print its pid."""
     control = os.path.abspath(control)
     read_end, write_end = os.pipe()
@@ -423,7 +425,7 @@ def spawn(control):
     return 0
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         sys.stderr.write(__doc__ or "")

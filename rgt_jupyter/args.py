@@ -164,7 +164,9 @@ def parse_line(parser: MagicParser, line: str) -> argparse.Namespace | None:
     try:
         argv = shlex.split(line)
     except ValueError as exc:
-        raise UsageError(f"{parser.prog}: cannot parse the arguments ({exc}); check the quotes")
+        raise UsageError(
+            f"{parser.prog}: cannot parse the arguments ({exc}); check the quotes"
+        ) from None
     try:
         return parser.parse_args(argv)
     except HelpShown:

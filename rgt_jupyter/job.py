@@ -26,7 +26,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "progress",
@@ -44,7 +45,7 @@ __all__ = [
 
 _CKPT_RE = re.compile(r"^ckpt-(\d{10})\.(pt|json)$")
 _PREEMPT_SIGNALS = ("SIGTERM", "SIGUSR2")
-_preempted_by: Optional[str] = None
+_preempted_by: str | None = None
 _lock = threading.Lock()
 
 
@@ -65,7 +66,7 @@ def ckpt_dir() -> str:
     return path
 
 
-def _control_dir() -> Optional[str]:
+def _control_dir() -> str | None:
     return os.environ.get("RGT_CONTROL_DIR") or None
 
 
@@ -108,7 +109,7 @@ class _HashingWriter:
         self._fh.flush()
 
 
-def _atomic_write(path: str, write: Callable[[Any], None]) -> Tuple[str, int]:
+def _atomic_write(path: str, write: Callable[[Any], None]) -> tuple[str, int]:
     """Write ``path`` atomically via ``write(fileobj)``; return (sha256 hex, size)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -128,7 +129,7 @@ def _atomic_write(path: str, write: Callable[[Any], None]) -> Tuple[str, int]:
     return hw.sha.hexdigest(), hw.size
 
 
-def _write_json_atomic(path: str, obj: Any) -> Tuple[str, int]:
+def _write_json_atomic(path: str, obj: Any) -> tuple[str, int]:
     data = (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
     return _atomic_write(path, lambda fh: fh.write(data))
 
@@ -145,9 +146,9 @@ def _json_default(obj: Any) -> Any:
 # ----------------------------------------------------------------------------- progress & results
 
 
-def progress(step: int, total: Optional[int] = None, **metrics: Any) -> None:
+def progress(step: int, total: int | None = None, **metrics: Any) -> None:
     """Report live progress (shown by ``%watch``) with optional scalar metrics (curves)."""
-    record: Dict[str, Any] = {"t": time.time(), "step": int(step)}
+    record: dict[str, Any] = {"t": time.time(), "step": int(step)}
     if total is not None:
         record["total"] = int(total)
     for key, value in metrics.items():
@@ -164,7 +165,7 @@ def progress(step: int, total: Optional[int] = None, **metrics: Any) -> None:
         fh.write(line)
 
 
-def save_results(results: Dict[str, Any]) -> str:
+def save_results(results: dict[str, Any]) -> str:
     """Atomically write ``$RGT_OUT/results.json``; return its path."""
     if not isinstance(results, dict):
         raise TypeError("save_results expects a dict, e.g. {'val': {'acc': 0.93}}")
@@ -173,7 +174,7 @@ def save_results(results: Dict[str, Any]) -> str:
     return path
 
 
-def save_config(config: Dict[str, Any]) -> str:
+def save_config(config: dict[str, Any]) -> str:
     """Atomically write the run's config to ``$RGT_OUT/config.json`` (recorded in run.json)."""
     if not isinstance(config, dict):
         raise TypeError("save_config expects a dict")
@@ -236,9 +237,9 @@ def _maybe_import(name: str) -> Any:
     return __import__(name)
 
 
-def _rng_state() -> Dict[str, Any]:
+def _rng_state() -> dict[str, Any]:
     version, internal, gauss = random.getstate()
-    state: Dict[str, Any] = {"python": [version, list(internal), gauss]}
+    state: dict[str, Any] = {"python": [version, list(internal), gauss]}
     np = _maybe_import("numpy")
     if np is not None:
         name, keys, pos, has_gauss, cached = np.random.get_state()
@@ -251,7 +252,7 @@ def _rng_state() -> Dict[str, Any]:
     return state
 
 
-def _restore_rng(state: Dict[str, Any]) -> None:
+def _restore_rng(state: dict[str, Any]) -> None:
     if "python" in state:
         version, internal, gauss = state["python"]
         random.setstate((version, tuple(internal), gauss))
@@ -269,7 +270,7 @@ def _restore_rng(state: Dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- checkpoints
 
 
-def _list_ckpts(directory: str) -> List[Tuple[int, str]]:
+def _list_ckpts(directory: str) -> list[tuple[int, str]]:
     found = []
     for entry in os.listdir(directory):
         m = _CKPT_RE.match(entry)
@@ -299,7 +300,7 @@ def _sweep_stale_tmp(directory: str) -> None:
                 pass
 
 
-def save_checkpoint(state: Dict[str, Any], step: int, keep: int = 3) -> str:
+def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> str:
     """Atomically save ``state`` (plus RNG states) as checkpoint ``step``; keep the last ``keep``.
 
     With torch present the file is ``ckpt-<step>.pt`` (``torch.save``); without torch the state
@@ -370,7 +371,7 @@ def _record_matches(path: str) -> bool:
     return bool(expected) and expected[0] == _sha256_file(path)
 
 
-def _load_file(path: str) -> Dict[str, Any]:
+def _load_file(path: str) -> dict[str, Any]:
     if path.endswith(".json"):
         with open(path) as fh:
             return dict(json.load(fh))
@@ -380,7 +381,7 @@ def _load_file(path: str) -> Dict[str, Any]:
     return dict(torch.load(path, map_location="cpu", weights_only=True))
 
 
-def load_latest() -> Optional[Dict[str, Any]]:
+def load_latest() -> dict[str, Any] | None:
     """Return the newest complete checkpoint in ``$RGT_CKPT_DIR`` (or None) and restore its RNG.
 
     A checkpoint counts only when its bytes match the sha256 record written with it and it loads

@@ -232,7 +232,7 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     """Launch (or resume) a job; return its registry row. Nothing is created before every check
     (name, profile, flags, paths, smoke) has passed."""
     profile: Profile = load_profile(req.profile, project)
-    name = check_job_name(req.name or default_name(req.program))
+    name = check_job_name(req.name if req.name is not None else default_name(req.program))
     if req.host not in (None, "", "localhost", "127.0.0.1") and profile.transport == "local":
         raise UsageError(
             f"--host {req.host!r}: profile {profile.name!r} runs on this machine; "

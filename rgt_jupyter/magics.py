@@ -85,12 +85,13 @@ class RgtMagics(Magics):
             )
         try:
             inputs: dict[str, Any] = {}
+            user_ns: dict[str, Any] = self.shell.user_ns if self.shell is not None else {}
             for var in (v.strip() for v in args.inputs.split(",")):
                 if not var:
                     continue
-                if var not in self.shell.user_ns:
+                if var not in user_ns:
                     raise IPyUsageError(f"--inputs {var}: no variable {var!r} in the notebook")
-                inputs[var] = self.shell.user_ns[var]
+                inputs[var] = user_ns[var]
             req = LaunchRequest(
                 program=cell,
                 name=args.name,

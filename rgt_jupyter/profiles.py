@@ -5,10 +5,11 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from .errors import ProfileError
 

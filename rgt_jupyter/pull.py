@@ -35,15 +35,10 @@ ProgressFn = Callable[[int, int, str], None]
 
 def safe_relpath(rel: str) -> PurePosixPath:
     """A manifest path as a relative path that cannot leave its folder; raises otherwise."""
-    path = PurePosixPath(rel)
-    if (
-        path.is_absolute()
-        or not path.parts
-        or any(p in ("", ".", "..") for p in path.parts)
-        or "\x00" in rel
-        or "\\" in rel
-    ):
+    parts = rel.split("/")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in rel:
         raise PullError(f"refusing manifest path {rel!r}: it would escape the run folder")
+    path = PurePosixPath(rel)
     return path
 
 

@@ -32,7 +32,7 @@ def progress_text(progress: dict[str, Any] | None) -> str:
     """``step 40/100 (40%)  loss=0.1234`` from the newest progress record."""
     if not progress:
         return "no progress reported yet"
-    step, total = progress.get("step"), progress.get("total")
+    step, total = progress.get("step", 0), progress.get("total")
     text = f"step {step}/{total} ({100 * step / total:.0f}%)" if total else f"step {step}"
     metrics = [
         f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"

@@ -1,0 +1,66 @@
+"""Shared fixtures: a fresh project per test, an IPython shell with the extension loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from rgt_jupyter.api import Job
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty project dir, used by the API, the magics and the CLI."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    monkeypatch.setenv("RGT_PROJECT", str(proj))
+    monkeypatch.chdir(proj)
+    return proj
+
+
+@pytest.fixture
+def ip(project: Path) -> Iterator[Any]:
+    """An IPython shell with ``%load_ext rgt_jupyter`` done; errors stay in the result."""
+    shell = InteractiveShell.instance()
+    assert shell is not None
+    if "remote_run" not in shell.magics_manager.magics["cell"]:
+        shell.run_line_magic("load_ext", "rgt_jupyter")
+    shell.magics_manager.registry["RgtMagics"].last_job = None
+    yield shell
+
+
+def wait_for(predicate: Any, timeout: float = 60.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns a truthy value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def control_json(job: Job, name: str) -> dict[str, Any] | None:
+    """A JSON file of the job's control dir, or None."""
+    path = Path(job.spec["control_dir"]) / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            data = fh.read()
+    except OSError:
+        return False
+    return data[data.rindex(")") + 2] not in "ZX"
+
+
+os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")

@@ -1,0 +1,199 @@
+"""The agent: stdlib only on Python 3.8+, signal forwarding with a grace period, states from the
+process table (a vanished agent is ``lost``, never ``running`` forever)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rgt_jupyter
+from rgt_jupyter.api import Job
+from rgt_jupyter.launch import LaunchRequest, launch
+
+from .conftest import control_json, pid_alive, wait_for
+
+PKG = Path(rgt_jupyter.__file__).parent
+SHIPPED = ["agent.py", "job.py"]
+
+
+def python38() -> str:
+    """A Python 3.8 interpreter (pyenv's on these machines); the test fails loudly without one."""
+    candidates = sorted(str(p) for p in Path("/root/.pyenv/versions").glob("3.8*/bin/python"))
+    candidates.append(shutil.which("python3.8"))  # may be a shim that refuses to run
+    for c in candidates:
+        if c and Path(c).exists():
+            return c
+    raise AssertionError("no Python 3.8 found: the agent's 3.8 compatibility cannot be checked")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_files_are_stdlib_only_and_parse_as_python38(name: str) -> None:
+    source = (PKG / name).read_text()
+    tree = ast.parse(source, feature_version=(3, 8))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods = [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mods = [(node.module or "").split(".")[0]] if node.level == 0 else ["<relative>"]
+        else:
+            continue
+        for mod in mods:
+            assert mod in sys.stdlib_module_names or mod == "__future__", f"{name} imports {mod}"
+
+
+def test_job_runs_on_python38_with_nothing_installed(project: Path) -> None:
+    py38 = python38()
+    program = (
+        "import sys, rgt_jupyter.job as job\n"
+        "state = job.load_latest()\n"
+        "start = state['step'] if state else 0\n"
+        "for step in range(start + 1, 4):\n"
+        "    job.progress(step, 3, loss=1.0 / step)\n"
+        "    job.save_checkpoint({'w': [step] * 3}, step=step, keep=2)\n"
+        "job.save_results({'python': sys.version.split()[0], 'resumed_from': start})\n"
+    )
+    job = Job(launch(LaunchRequest(program=program, name="py38", python=py38), project), project)
+    assert job.wait(60) == "finished", job.log()
+    results = job.result()
+    assert results["python"].startswith("3.8") and results["resumed_from"] == 0
+    ckpts = sorted(os.listdir(job.spec["ckpt_dir"]))
+    assert ckpts == [
+        "ckpt-0000000002.json",
+        "ckpt-0000000002.json.sha256",
+        "ckpt-0000000003.json",
+        "ckpt-0000000003.json.sha256",
+    ]
+    run = job.pull()
+    assert run.verified, run.text()
+    assert run.provenance["python"].startswith("3.8")
+
+
+def _running(project: Path, program: str, name: str, grace: float = 30.0) -> Job:
+    job = Job(launch(LaunchRequest(program=program, name=name, grace_s=grace), project), project)
+    wait_for(lambda: job.snapshot().progress, 30, "the job's first progress record")
+    return job
+
+
+LOOP = (
+    "import time, rgt_jupyter.job as job\n"
+    "step = 0\n"
+    "while not job.preempted():\n"
+    "    step += 1\n"
+    "    job.progress(step)\n"
+    "    time.sleep(0.05)\n"
+    "job.save_results({'stopped_at': step})\n"
+)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR2"])
+def test_agent_forwards_preemption_signals(project: Path, sig: str) -> None:
+    job = _running(project, LOOP, f"fwd-{sig.lower()}")
+    status = control_json(job, "status.json")
+    assert status is not None
+    os.kill(status["agent_pid"], getattr(signal, sig))
+    assert job.wait(30) == "preempted"
+    exit_rec = control_json(job, "exit.json")
+    assert exit_rec is not None and exit_rec["exit_code"] == 0
+    assert [s["signal"] for s in exit_rec["agent_signals"]] == [sig]
+    assert job.result()["stopped_at"] >= 1
+
+
+def test_grace_period_then_kill(project: Path) -> None:
+    program = (
+        "import signal, time, rgt_jupyter.job as job\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "for i in range(10**6):\n"
+        "    job.progress(i)\n"
+        "    time.sleep(0.05)\n"
+    )
+    job = _running(project, program, "stubborn", grace=1.0)
+    job.stop()
+    assert job.wait(30) == "preempted"
+    exit_rec = control_json(job, "exit.json")
+    assert exit_rec is not None and exit_rec["signal"] == "SIGKILL"
+
+
+def test_vanished_agent_is_lost_not_running(project: Path) -> None:
+    job = _running(
+        project, "import time, rgt_jupyter.job as job\njob.progress(1)\ntime.sleep(600)\n", "vanish"
+    )
+    status = control_json(job, "status.json")
+    assert status is not None
+    # The machine "reboots": agent and job die with no chance to write anything.
+    os.kill(status["agent_pid"], signal.SIGKILL)
+    os.kill(status["job_pid"], signal.SIGKILL)
+    wait_for(lambda: not pid_alive(status["job_pid"]), 10, "the job process to die")
+    snap = job.snapshot()
+    assert snap.state == "lost"
+    assert "without an exit record" in (snap.diagnosis or "")
+    assert control_json(job, "exit.json") is None
+
+
+def test_sigkilled_job_is_failed_never_finished(project: Path) -> None:
+    job = _running(
+        project, "import time, rgt_jupyter.job as job\njob.progress(1)\ntime.sleep(600)\n", "killed"
+    )
+    status = control_json(job, "status.json")
+    assert status is not None
+    os.kill(status["job_pid"], signal.SIGKILL)
+    assert job.wait(30) == "failed"
+    snap = job.snapshot()
+    assert snap.signal == "SIGKILL" and "SIGKILL" in (snap.diagnosis or "")
+
+
+def test_job_survives_its_launcher_session(project: Path) -> None:
+    """The agent runs in its own session: killing the launching process group leaves it alone."""
+    script = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from rgt_jupyter.launch import LaunchRequest, launch\n"
+        "row = launch(LaunchRequest(program='import time\\ntime.sleep(3)\\n"
+        "import rgt_jupyter.job as j\\nj.save_results({\"ok\": 1})\\n', name='orphan'),"
+        " Path(sys.argv[1]))\n"
+        "print(row['id'], flush=True)\n"
+        "os.killpg(0, 9)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(project)],
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        check=False,
+    )
+    assert proc.returncode == -9
+    job = Job.from_registry(proc.stdout.strip(), project)
+    assert job.wait(60) == "finished"
+    assert job.result() == {"ok": 1}
+
+
+def test_import_is_cheap() -> None:
+    code = (
+        "import sys, rgt_jupyter\n"
+        "heavy = [m for m in ('paramiko', 'ipywidgets', 'torch', 'IPython', 'numpy') "
+        "if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "import rgt_jupyter.job, rgt_jupyter.api\n"
+        "heavy = [m for m in ('paramiko', 'ipywidgets', 'torch') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_job_module_leaves_the_kernels_signal_handlers_alone() -> None:
+    code = (
+        "import signal, rgt_jupyter.job\n"
+        "assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,161 @@
+"""Pull: verified by hash against what the job wrote, and by loading; immutable, append-only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from rgt_jupyter.api import Job
+from rgt_jupyter.errors import PullError
+from rgt_jupyter.launch import LaunchRequest, launch
+from rgt_jupyter.pull import check_space, safe_relpath
+
+TRAIN = """\
+import os, torch
+import rgt_jupyter.job as job
+torch.manual_seed(0)
+w = torch.randn(64, 64)
+for step in (1, 2):
+    job.save_checkpoint({"w": w * step, "step": step}, step=step)
+with open(os.path.join(os.environ["RGT_OUT"], "preds.csv"), "w") as fh:
+    fh.write("id,pred\\n" + "".join(f"{i},{i % 3}\\n" for i in range(100)))
+job.save_results({"val": {"acc": 0.75}})
+"""
+
+
+def _finished(project: Path, program: str = TRAIN, name: str = "p") -> Job:
+    job = Job(launch(LaunchRequest(program=program, name=name), project), project)
+    assert job.wait(120) == "finished", job.log()
+    return job
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_pull_lands_an_immutable_verified_run(project: Path) -> None:
+    job = _finished(project)
+    run = job.pull()
+    assert run.verified, run.text()
+    assert run.path == project / "runs" / f"{job.id}-r1"
+    assert run.results == {"val": {"acc": 0.75}}
+    manifest = run.manifest
+    paths = {f["path"] for f in manifest["files"]}
+    assert {"outputs/results.json", "outputs/preds.csv", "results.json"} <= paths
+    assert {"checkpoints/ckpt-0000000001.pt", "checkpoints/ckpt-0000000002.pt"} <= paths
+    for entry in manifest["files"]:
+        local = run.path / entry["path"]
+        assert local.stat().st_size == entry["size"] and _sha(local) == entry["sha256"]
+    assert not list(run.path.rglob("*.part"))
+    loads = run.verification["checkpoint_loads"]
+    assert len(loads) == 2 and all(r["ok"] for r in loads)
+    prov = run.provenance
+    assert prov["job_id"] == job.id and prov["profile"] == "local"
+    assert prov["code_hash"] == job.spec["code_hash"]
+    assert prov["exit"]["exit_code"] == 0 and prov["env_lock"]
+    body = {k: v for k, v in prov.items() if k not in ("provenance_hash", "state_at_pull")}
+    from rgt_jupyter.provenance import canonical_hash
+
+    assert prov["provenance_hash"] == canonical_hash(body)
+
+    # A second pull never overwrites the first: a new run id, the old files untouched.
+    before = {p: _sha(p) for p in run.path.rglob("*") if p.is_file()}
+    second = job.pull()
+    assert second.path != run.path and second.path.name == f"{job.id}-r2"
+    assert {p: _sha(p) for p in run.path.rglob("*") if p.is_file()} == before
+    assert [r.run_id for r in job.runs()] == [run.run_id, second.run_id]
+
+
+def test_altered_and_truncated_sources_are_mismatches(project: Path) -> None:
+    job = _finished(project)
+    out = Path(job.spec["out_dir"])
+    ckpt = Path(job.spec["ckpt_dir"])
+    good = job.pull()
+    good_files = {p: _sha(p) for p in good.path.rglob("*") if p.is_file()}
+    # After the job wrote them: one output altered, one checkpoint truncated.
+    with open(out / "preds.csv", "a") as fh:
+        fh.write("999,1\n")
+    newest = ckpt / "ckpt-0000000002.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    run = job.pull()
+    assert not run.verified
+    reasons = {m["path"]: m["reason"] for m in run.verification["mismatches"]}
+    assert "altered or truncated" in reasons["outputs/preds.csv"]
+    assert "altered or truncated" in reasons["checkpoints/ckpt-0000000002.pt"]
+    # Nothing untrusted under its final name: the bytes are kept aside as .part.
+    assert not (run.path / "outputs" / "preds.csv").exists()
+    assert (run.path / "outputs" / "preds.csv.part").exists()
+    assert not (run.path / "checkpoints" / "ckpt-0000000002.pt").exists()
+    assert (run.path / "outputs" / "results.json").exists()
+    listed = {f["path"] for f in run.manifest["files"]}
+    assert "outputs/preds.csv" not in listed
+    assert "verified: NO" in run.text() and "MISMATCH outputs/preds.csv" in run.text()
+    # The earlier good run is untouched.
+    assert {p: _sha(p) for p in good.path.rglob("*") if p.is_file()} == good_files
+
+
+def test_checkpoint_that_does_not_load_safely_is_not_verified(project: Path) -> None:
+    # A pickled object that runs code when unpickled: weights_only=True must refuse it.
+    program = """\
+import os, torch
+import rgt_jupyter.job as job
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("touch " + os.path.join(os.environ["RGT_OUT"], "..", "PWNED"),))
+
+torch.save({"evil": Evil()}, os.path.join(os.environ["RGT_CKPT_DIR"], "model.pt"))
+job.save_results({"ok": True})
+"""
+    job = _finished(project, program, "evil")
+    run = job.pull()
+    assert not run.verified
+    loads = {r["path"]: r for r in run.verification["checkpoint_loads"]}
+    assert not loads["checkpoints/model.pt"]["ok"]
+    assert "Weights only load failed" in loads["checkpoints/model.pt"]["detail"]
+    assert not list(project.rglob("PWNED"))
+    assert "DOES NOT LOAD checkpoints/model.pt" in run.text()
+
+
+def test_pull_refuses_a_running_job_and_an_empty_job(project: Path) -> None:
+    job = Job(
+        launch(LaunchRequest(program="import time\ntime.sleep(5)\n", name="busy"), project), project
+    )
+    with pytest.raises(PullError, match="wait for it"):
+        job.pull()
+    assert job.wait(60) == "finished"
+    with pytest.raises(PullError, match="nothing to pull"):
+        job.pull()
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+def test_pull_to_another_folder(project: Path, tmp_path: Path) -> None:
+    job = _finished(project, "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n", "to")
+    run = job.pull(to=tmp_path / "elsewhere")
+    assert run.path.parent == tmp_path / "elsewhere" and run.verified
+
+
+@pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a/../../b", "a//b", "./a", "a/.", ""])
+def test_manifest_paths_cannot_escape(bad: str) -> None:
+    with pytest.raises(PullError, match="escape"):
+        safe_relpath(bad)
+
+
+def test_space_is_checked_up_front(tmp_path: Path) -> None:
+    with pytest.raises(PullError, match=r"needs \d+ bytes, \d+ are free"):
+        check_space(tmp_path, 1 << 60, 1)
+    with pytest.raises(PullError, match="inodes"):
+        check_space(tmp_path, 1, 1 << 60)
+
+
+def test_lost_job_pull_discloses_missing_end_manifest(project: Path) -> None:
+    job = _finished(project, "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n", "nm")
+    control = Path(job.spec["control_dir"])
+    (control / "manifest.json").unlink()
+    run = job.pull()
+    assert run.verified
+    assert "without an end-of-job manifest" in run.verification["reference"]
+    assert json.loads((run.path / "results.json").read_text()) == {"a": 1}
