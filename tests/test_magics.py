@@ -15,8 +15,6 @@ from rgt_jupyter.errors import RemoteTraceback, SmokeFailed
 from rgt_jupyter.registry import Registry
 from rgt_jupyter.render import strip_ansi
 
-from .conftest import wait_for
-
 
 def run(ip: Any, source: str) -> tuple[Any, str]:
     with capture_output() as out:
