@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -25,11 +24,11 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from nbformat import NotebookNode
 
 from .project import runs_dir
+from .render import strip_ansi
 
 NOTEBOOK = "quickstart.ipynb"
 EXECUTED = "quickstart.executed.ipynb"
 KERNEL_NAME = "python3"
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 def quickstart_path() -> Path:
@@ -206,10 +205,6 @@ def run_demo(project: Path, timeout: float = 900.0) -> int:
     return 0
 
 
-def _strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
-
-
 def _cell_traceback(nb: NotebookNode, index: int, exc: CellExecutionError, lines: int = 40) -> str:
     """The failing cell's traceback (from its error output, else the exception), uncoloured."""
     text = str(exc)
@@ -217,4 +212,4 @@ def _cell_traceback(nb: NotebookNode, index: int, exc: CellExecutionError, lines
         for output in nb.cells[index].get("outputs", []):
             if output.get("output_type") == "error":
                 text = "\n".join(output.get("traceback", []))
-    return "\n".join(_strip_ansi(text).rstrip().splitlines()[-lines:])
+    return "\n".join(strip_ansi(text).rstrip().splitlines()[-lines:])

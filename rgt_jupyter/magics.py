@@ -160,12 +160,15 @@ class RgtMagics(Magics):
         except KeyboardInterrupt:
             print(f"%watch: interrupted; the job goes on ({job.id}).")
             return job
-        if handle is not None:
-            handle.update(self._bundle(job, snap), raw=True)
         if snap.state == "failed":
+            if handle is not None:
+                handle.update(self._bundle(job, snap), raw=True)
             exc = job.exception()
             if exc is not None:
                 raise exc
+        elif handle is not None:
+            # The returned Job shows the final state; drop the transient view so it is not doubled.
+            handle.update({"text/plain": ""}, raw=True)
         return job
 
     @staticmethod

@@ -139,11 +139,17 @@ def _sidecar_sha(transport: Transport, spec: dict[str, Any], rel: str) -> str | 
     return text.split()[0] if text and text.split() else None
 
 
-def _next_run_id(root: Path, job_id: str) -> str:
+def _claim_run_dir(root: Path, job_id: str) -> tuple[str, Path]:
+    """Claim the next free ``<job-id>-r<n>`` by creating it (empty) so no other pull takes it."""
     n = 1
-    while (root / f"{job_id}-r{n}").exists():
-        n += 1
-    return f"{job_id}-r{n}"
+    while True:
+        path = root / f"{job_id}-r{n}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        return path.name, path
 
 
 def pull(
@@ -179,7 +185,7 @@ def pull(
     total = sum(int(f["size"]) for f in files.values())
     check_space(root, total, len(files))
 
-    run_id = _next_run_id(root, spec["job_id"])
+    run_id, final = _claim_run_dir(root, spec["job_id"])
     partial = root / f".partial-{run_id}-{secrets.token_hex(3)}"
     partial.mkdir(parents=True)
     mismatches: list[dict[str, Any]] = []
@@ -299,11 +305,7 @@ def pull(
     run_json["state_at_pull"] = snap.state
     _write_json(partial / "run.json", run_json)
     _fsync_dir(partial)
-    final = root / run_id
-    while final.exists():
-        run_id = _next_run_id(root, spec["job_id"])
-        final = root / run_id
-    os.rename(partial, final)
+    os.rename(partial, final)  # replaces the empty folder that claimed the name
     _fsync_dir(root)
     Registry(project).add_run(run_id, spec["job_id"], final, verified)
     return final

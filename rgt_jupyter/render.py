@@ -6,7 +6,7 @@ import html
 import os
 from typing import Any
 
-from .status import Snapshot
+from .status import ANSI_RE, Snapshot
 
 _COLORS = {
     "queued": "#888",
@@ -100,10 +100,8 @@ def snapshot_html(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
 
 
 def strip_ansi(text: str) -> str:
-    """Remove the ANSI colour codes used in traceback lines."""
-    for code in (RED, CYAN, RESET):
-        text = text.replace(code, "")
-    return text
+    """Remove ANSI escape codes (colours in traceback lines)."""
+    return ANSI_RE.sub("", text)
 
 
 def traceback_lines(

@@ -17,10 +17,10 @@ from typing import Any
 from .transport import Transport
 
 STATES = ("queued", "running", "finished", "failed", "preempted", "lost")
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 TERMINAL = frozenset({"finished", "failed", "preempted", "lost"})
 #: A launched job whose agent has not reported within this many seconds, and is gone, is lost.
 START_GRACE_S = 60.0
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 MAX_LINE = 400
 
 
@@ -74,7 +74,7 @@ def clean_log(data: bytes, max_lines: int) -> list[str]:
     text = data.decode("utf-8", errors="replace")
     lines = []
     for raw in text.split("\n"):
-        line = _ANSI.sub("", raw.rstrip("\r").split("\r")[-1])
+        line = ANSI_RE.sub("", raw.rstrip("\r").split("\r")[-1])
         if len(line) > MAX_LINE:
             line = line[:MAX_LINE] + f" ... [{len(line) - MAX_LINE} more characters]"
         lines.append(line)
