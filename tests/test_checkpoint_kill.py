@@ -1,0 +1,214 @@
+"""A job killed while writing a checkpoint never leaves a checkpoint that load_latest trusts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rgt_jupyter.api import Job
+from rgt_jupyter.launch import LaunchRequest, launch
+
+BIG_FLOATS = 150 * 1024 * 1024 // 4  # a ~150 MB float32 tensor: each write takes a while
+
+# Saves the big tensor as checkpoints 1, 2, 3, ...; element 0 records the step it was saved at.
+PROGRAM = f"""\
+import time
+
+import torch
+import rgt_jupyter.job as job
+
+big = torch.zeros({BIG_FLOATS})
+for step in range(1, 7):
+    big[0] = step
+    job.save_checkpoint({{"big": big, "step": step}}, step)
+    job.progress(step, 6)
+    time.sleep(0.3)
+job.save_results({{"steps": 6}})
+"""
+
+TMP_RE = re.compile(r"^\.ckpt-(\d{10})\.pt\.tmp-(\d+)$")  # the data file, written for ~1 s
+
+# Runs load_latest in a fresh interpreter (RGT_CKPT_DIR from the environment) and reports.
+LOAD_LATEST = textwrap.dedent(
+    """
+    import json
+    import rgt_jupyter.job as job
+    state = job.load_latest()
+    if state is None:
+        print(json.dumps(None))
+    else:
+        tensor = state["big"] if "big" in state else state["w"]
+        print(json.dumps({"step": int(state["step"]), "marker": float(tensor[0])}))
+    """
+)
+
+
+@pytest.fixture()
+def project(tmp_path, monkeypatch):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for key in [k for k in os.environ if k.startswith("RGT_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("RGT_PROJECT", str(proj))
+    monkeypatch.chdir(proj)
+    try:
+        yield proj
+    finally:
+        _stop_leftovers(proj)
+
+
+def _stop_leftovers(project: Path) -> None:
+    """Kill jobs of this project that are still running (only when a test failed midway)."""
+    jobs = project / ".rgt" / "local" / "jobs"
+    if not jobs.is_dir():
+        return
+    for control in jobs.iterdir():
+        status_path = control / "status.json"
+        if (control / "exit.json").exists() or not status_path.exists():
+            continue
+        status = json.loads(status_path.read_text())
+        for key in ("job_pid", "agent_pid"):
+            pid = status.get(key)
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, TypeError):
+                continue
+            if str(control).encode() in cmdline:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _load_latest_in_subprocess(ckpt_dir: str) -> tuple[dict | None, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
+    env["RGT_CKPT_DIR"] = ckpt_dir
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_LATEST],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def _complete_steps(ckpt_dir: str) -> list[int]:
+    found = []
+    for name in os.listdir(ckpt_dir):
+        m = re.fullmatch(r"ckpt-(\d{10})\.pt", name)
+        if m:
+            found.append(int(m.group(1)))
+    return sorted(found)
+
+
+def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(project):
+    job = Job(launch(LaunchRequest(program=PROGRAM, name="ck", smoke=False), project), project)
+    control = Path(job.spec["control_dir"])
+    ckpt_dir = job.spec["ckpt_dir"]
+    first = os.path.join(ckpt_dir, "ckpt-0000000001.pt")
+
+    deadline = time.monotonic() + 90
+    while not (control / "status.json").exists() or not os.path.exists(first):
+        assert not (control / "exit.json").exists(), f"job ended early:\n{job.log()}"
+        assert time.monotonic() < deadline, "checkpoint 1 never appeared"
+        time.sleep(0.01)
+    job_pid = int(json.loads((control / "status.json").read_text())["job_pid"])
+
+    # Kill the job process the moment a later checkpoint is being written.
+    torn = None
+    deadline = time.monotonic() + 60
+    while torn is None:
+        for name in os.listdir(ckpt_dir):
+            m = TMP_RE.match(name)
+            if m and int(m.group(1)) > 1:
+                os.kill(job_pid, signal.SIGKILL)
+                torn = (name, int(m.group(1)))
+                break
+        else:
+            if (control / "exit.json").exists():
+                pytest.fail(
+                    "the job ended before a checkpoint write was caught in flight; "
+                    "make the checkpoint bigger so a write takes longer"
+                )
+            assert time.monotonic() < deadline, "no checkpoint write was ever seen in flight"
+            time.sleep(0.001)
+    tmp_name, torn_step = torn
+    assert int(TMP_RE.match(tmp_name).group(2)) == job_pid
+
+    assert job.wait(timeout=60) == "failed", job.log()
+    exit_rec = json.loads((control / "exit.json").read_text())
+    assert exit_rec["state"] == "failed"
+    assert exit_rec["signal"] == "SIGKILL"
+    assert exit_rec["exit_code"] == -signal.SIGKILL
+    snap = job.snapshot()
+    assert snap.state == "failed"
+    assert "SIGKILL" in (snap.diagnosis or "")
+    # The in-flight temporary is never part of the end-of-job manifest.
+    manifest = json.loads((control / "manifest.json").read_text())
+    assert not any(".tmp-" in rel for rel in manifest["files"]), manifest["files"]
+
+    previous = torn_step - 1
+    complete = _complete_steps(ckpt_dir)
+    assert torn_step not in complete, "the torn checkpoint was renamed into place"
+    assert complete and complete[-1] == previous, complete
+
+    state = torch.load(
+        os.path.join(ckpt_dir, f"ckpt-{previous:010d}.pt"), map_location="cpu", weights_only=True
+    )
+    assert state["step"] == previous
+    assert state["big"].numel() == BIG_FLOATS
+    assert float(state["big"][0]) == previous
+
+    loaded, stderr = _load_latest_in_subprocess(ckpt_dir)
+    assert loaded == {"step": previous, "marker": float(previous)}, stderr
+    assert f"loaded ckpt-{previous:010d}.pt" in stderr
+
+
+SAVE_TWO = textwrap.dedent(
+    """
+    import torch
+    import rgt_jupyter.job as job
+    for step in (1, 2):
+        job.save_checkpoint({"w": torch.full((50000,), float(step)), "step": step}, step)
+    """
+)
+
+
+def test_load_latest_skips_a_truncated_newest_checkpoint(tmp_path):
+    ckpt_dir = tmp_path / "ckpt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
+    env["RGT_CKPT_DIR"] = str(ckpt_dir)
+    proc = subprocess.run(
+        [sys.executable, "-c", SAVE_TWO],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert _complete_steps(str(ckpt_dir)) == [1, 2]
+
+    newest = ckpt_dir / "ckpt-0000000002.pt"
+    size = newest.stat().st_size
+    with open(newest, "r+b") as fh:
+        fh.truncate(size // 2)
+    assert newest.stat().st_size == size // 2
+
+    loaded, stderr = _load_latest_in_subprocess(str(ckpt_dir))
+    assert loaded == {"step": 1, "marker": 1.0}, stderr
+    assert "skipping ckpt-0000000002.pt" in stderr
+    assert "loaded ckpt-0000000001.pt" in stderr

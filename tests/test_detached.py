@@ -1,0 +1,212 @@
+"""A job launched from a notebook kernel outlives that kernel and is found by a new one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_client import KernelManager
+from jupyter_client.kernelspec import KernelSpecManager
+
+from rgt_jupyter.api import Job
+
+KERNEL_NAME = "rgt-test-venv"
+
+JOB_CELL = """%%remote_run --name det
+import time
+import rgt_jupyter.job as job
+
+TOTAL = 8
+for step in range(1, TOTAL + 1):
+    time.sleep(0.5)
+    job.progress(step, TOTAL)
+job.save_results({'answer': 42})
+"""
+
+
+def _kernel_spec_manager(root: Path) -> KernelSpecManager:
+    """A kernel spec that runs this test's own interpreter (the project's venv)."""
+    spec_dir = root / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "rgt test kernel",
+                "language": "python",
+            }
+        )
+    )
+    return KernelSpecManager(kernel_dirs=[str(root / "kernels")], ensure_native_kernel=False)
+
+
+def _kernel_env(project: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
+    env["RGT_PROJECT"] = str(project)
+    env["IPYTHONDIR"] = str(project / ".ipython")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _start_kernel(project: Path, ksm: KernelSpecManager) -> tuple[KernelManager, Any]:
+    km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm)
+    km.connection_file = str(project / f".kernel-{time.monotonic_ns()}.json")
+    km.start_kernel(env=_kernel_env(project), cwd=str(project))
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    return km, kc
+
+
+def _execute(kc: Any, code: str, timeout: float = 60) -> str:
+    """Run ``code`` in the kernel; return everything it printed or displayed as text."""
+    chunks: list[str] = []
+
+    def hook(msg: dict[str, Any]) -> None:
+        kind = msg["header"]["msg_type"]
+        content = msg["content"]
+        if kind == "stream":
+            chunks.append(content["text"])
+        elif kind in ("execute_result", "display_data", "update_display_data"):
+            chunks.append(content["data"].get("text/plain", "") + "\n")
+        elif kind == "error":
+            chunks.append("\n".join(content["traceback"]) + "\n")
+
+    reply = kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+    out = "".join(chunks)
+    assert reply["content"]["status"] == "ok", f"kernel cell failed:\n{code}\n---\n{out}"
+    return out
+
+
+def _proc_state(pid: int) -> str | None:
+    """The state letter of ``pid`` from /proc (None when it does not exist)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()[0]
+
+
+def _alive(pid: int) -> bool:
+    return _proc_state(pid) not in (None, "Z", "X")
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.05)
+
+
+def _stop_leftovers(project: Path) -> None:
+    """Kill jobs of this project that are still running (only when a test failed midway)."""
+    jobs = project / ".rgt" / "local" / "jobs"
+    if not jobs.is_dir():
+        return
+    for control in jobs.iterdir():
+        status_path = control / "status.json"
+        if (control / "exit.json").exists() or not status_path.exists():
+            continue
+        status = json.loads(status_path.read_text())
+        for key in ("job_pid", "agent_pid"):
+            pid = status.get(key)
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, TypeError):
+                continue
+            if str(control).encode() in cmdline:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _shutdown(km: KernelManager | None, kc: Any) -> None:
+    if kc is not None:
+        kc.stop_channels()
+    if km is not None:
+        try:
+            km.shutdown_kernel(now=True)
+        except Exception:
+            pass
+        km.cleanup_resources()
+
+
+def test_job_outlives_killed_kernel_and_new_kernel_pulls_it(tmp_path, monkeypatch):
+    project = tmp_path / "proj"
+    project.mkdir()
+    for key in [k for k in os.environ if k.startswith("RGT_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("RGT_PROJECT", str(project))
+    monkeypatch.chdir(project)
+    ksm = _kernel_spec_manager(tmp_path)
+
+    km1 = kc1 = km2 = kc2 = None
+    try:
+        km1, kc1 = _start_kernel(project, ksm)
+        out = _execute(kc1, "import sys; print('EXE=' + sys.executable)")
+        assert f"EXE={sys.executable}" in out
+
+        _execute(kc1, "%load_ext rgt_jupyter")
+        t0 = time.monotonic()
+        _execute(kc1, JOB_CELL)
+        cell_s = time.monotonic() - t0
+        # The cell hands control back while the job (about 4 s of work) is still going.
+        assert cell_s < 4.0, f"%%remote_run blocked for {cell_s:.1f} s"
+
+        job = Job.from_registry("det", project)
+        control = Path(job.spec["control_dir"])
+        _wait_for(lambda: (control / "status.json").exists(), 30, "the agent's status.json")
+        status = json.loads((control / "status.json").read_text())
+        agent_pid = int(status["agent_pid"])
+        job_pid = int(status["job_pid"])
+        assert not (control / "exit.json").exists(), "the job ended before the kernel was killed"
+
+        kernel_pid = km1.provisioner.process.pid
+        os.kill(kernel_pid, signal.SIGKILL)
+        km1.provisioner.process.wait(timeout=10)
+        _shutdown(km1, kc1)
+        km1 = kc1 = None
+
+        # The kernel is gone; the agent and the job process it supervises are not.
+        assert not _alive(kernel_pid)
+        assert _alive(agent_pid), "the agent died with the kernel"
+        assert _alive(job_pid), "the job process died with the kernel"
+        assert not (control / "exit.json").exists()
+        assert Job.from_registry("det", project).snapshot().state == "running"
+
+        km2, kc2 = _start_kernel(project, ksm)
+        _execute(kc2, "%load_ext rgt_jupyter")
+        _execute(kc2, "j = %watch det --wait --timeout 120", timeout=150)
+        out = _execute(
+            kc2,
+            "r = %pull det\n"
+            "import json\n"
+            "print('RESULTS=' + json.dumps(r.results, sort_keys=True))\n"
+            "print('VERIFIED=' + str(r.verified))\n"
+            "print('STATE=' + j.state)\n",
+            timeout=120,
+        )
+        assert 'RESULTS={"answer": 42}' in out, out
+        assert "VERIFIED=True" in out, out
+        assert "STATE=finished" in out, out
+
+        snap = Job.from_registry("det", project).snapshot()
+        assert snap.state == "finished"
+        assert snap.exit_code == 0
+        assert snap.progress is not None and snap.progress["step"] == 8
+        exit_rec = json.loads((control / "exit.json").read_text())
+        assert exit_rec["state"] == "finished"
+        runs = [p for p in (project / "runs").iterdir() if not p.name.startswith(".")]
+        assert len(runs) == 1
+        assert json.loads((runs[0] / "results.json").read_text()) == {"answer": 42}
+        _wait_for(lambda: not _alive(agent_pid), 30, "the agent to exit")
+    finally:
+        _shutdown(km1, kc1)
+        _shutdown(km2, kc2)
+        _stop_leftovers(project)
