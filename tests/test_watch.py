@@ -29,8 +29,9 @@ class ChattyJob:
     def snapshot(self) -> Snapshot:
         self.calls += 1
         state = "finished" if self.calls >= self.end_after else "running"
-        return Snapshot("chatty", "chatty", state, "here", time.time(),
-                        progress={"step": self.calls})
+        return Snapshot(
+            "chatty", "chatty", state, "here", time.time(), progress={"step": self.calls}
+        )
 
 
 def test_updates_are_coalesced_to_four_per_second() -> None:
@@ -78,8 +79,11 @@ def test_status_view_follows_a_real_job(project: Path) -> None:
 
 
 def test_log_cleaning() -> None:
-    raw = (b"plain\n\x1b[31mred\x1b[0m\nprogress 10%\rprogress 50%\rprogress 100%\n"
-           + b"x" * 1000 + b"\n\xff\xfe bad bytes\n")
+    raw = (
+        b"plain\n\x1b[31mred\x1b[0m\nprogress 10%\rprogress 50%\rprogress 100%\n"
+        + b"x" * 1000
+        + b"\n\xff\xfe bad bytes\n"
+    )
     lines = clean_log(raw, 10)
     assert lines[0] == "plain" and lines[1] == "red" and lines[2] == "progress 100%"
     assert lines[3].startswith("x" * 400) and "more characters" in lines[3]
