@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional, Tuple
 
 __all__ = [
     "progress",
@@ -109,8 +109,16 @@ class _HashingWriter:
         self._fh.flush()
 
 
-def _atomic_write(path: str, write: Callable[[Any], None]) -> tuple[str, int]:
-    """Write ``path`` atomically via ``write(fileobj)``; return (sha256 hex, size)."""
+def _atomic_write(
+    path: str,
+    write: Callable[[Any], None],
+    before_commit: Optional[Callable[[str, int], None]] = None,
+) -> Tuple[str, int]:
+    """Write ``path`` atomically via ``write(fileobj)``; return (sha256 hex, size).
+
+    ``before_commit(sha256, size)`` runs after the bytes are durable and before the rename that
+    makes them visible under ``path``.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
@@ -120,6 +128,8 @@ def _atomic_write(path: str, write: Callable[[Any], None]) -> tuple[str, int]:
             write(hw)
             fh.flush()
             os.fsync(fh.fileno())
+        if before_commit is not None:
+            before_commit(hw.sha.hexdigest(), hw.size)
         os.replace(tmp, path)
         _fsync_dir(directory)
     except BaseException:
@@ -327,23 +337,14 @@ def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> str:
             fh.write(data)
 
     path = os.path.join(directory, name)
-    # Serialise into a temporary file, hashing as we go; the record is written before the rename
-    # so that a file under its final name always has a record to be checked against.
-    tmp = os.path.join(directory, ".%s.tmp-%d" % (name, os.getpid()))
-    try:
-        with open(tmp, "wb") as fh:
-            hw = _HashingWriter(fh)
-            write(hw)
-            fh.flush()
-            os.fsync(fh.fileno())
-        record = "%s  %s\n" % (hw.sha.hexdigest(), name)
-        _atomic_write(path + ".sha256", lambda f: f.write(record.encode()))
-        os.replace(tmp, path)
-        _fsync_dir(directory)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    def record(sha: str, size: int) -> None:
+        # The record is durable before the checkpoint gets its name, so a file under its final
+        # name always has a record to be checked against.
+        line = "%s  %s\n" % (sha, name)
+        _atomic_write(path + ".sha256", lambda f: f.write(line.encode()))
+
+    _atomic_write(path, write, before_commit=record)
     for _, old in _list_ckpts(directory)[:-keep]:
         for victim in (old, old + ".sha256"):
             try:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .agent import sha256_file
 from .errors import JobNotFound, SmokeFailed, UsageError
 from .launcher import get_launcher
 from .names import check_identifier, check_job_name
@@ -109,20 +110,12 @@ def _push_entries(paths: list[str]) -> list[tuple[Path, str]]:
     return entries
 
 
-def _sha256_path(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            sha.update(chunk)
-    return sha.hexdigest()
-
-
 def code_hash(program: str, pushed: list[tuple[Path, str]]) -> str:
     """sha256 over the program and every pushed file (path and content)."""
     sha = hashlib.sha256()
     sha.update(b"program\0" + program.encode() + b"\0")
     for local, rel in sorted(pushed, key=lambda e: e[1]):
-        sha.update(rel.encode() + b"\0" + _sha256_path(local).encode() + b"\0")
+        sha.update(rel.encode() + b"\0" + sha256_file(str(local))[0].encode() + b"\0")
     return sha.hexdigest()
 
 

@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .errors import PullError
+from .fsutil import atomic_write_bytes, fsync_dir
 from .project import runs_dir
 from .provenance import build_run_json
 from .registry import Registry
@@ -42,22 +43,9 @@ def safe_relpath(rel: str) -> PurePosixPath:
     return path
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True, default=str)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    data = json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n"
+    atomic_write_bytes(path, data.encode())
 
 
 def remote_listing(transport: Transport, spec: dict[str, Any]) -> dict[str, Any]:
@@ -304,8 +292,8 @@ def pull(
     )
     run_json["state_at_pull"] = snap.state
     _write_json(partial / "run.json", run_json)
-    _fsync_dir(partial)
+    fsync_dir(partial)
     os.rename(partial, final)  # replaces the empty folder that claimed the name
-    _fsync_dir(root)
+    fsync_dir(root)
     Registry(project).add_run(run_id, spec["job_id"], final, verified)
     return final

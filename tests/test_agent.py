@@ -129,9 +129,10 @@ def test_vanished_agent_is_lost_not_running(project: Path) -> None:
     # The machine "reboots": agent and job die with no chance to write anything.
     os.kill(status["agent_pid"], signal.SIGKILL)
     os.kill(status["job_pid"], signal.SIGKILL)
-    wait_for(lambda: not pid_alive(status["job_pid"]), 10, "the job process to die")
+    for pid in (status["agent_pid"], status["job_pid"]):
+        wait_for(lambda pid=pid: not pid_alive(pid), 30, f"process {pid} to die")
     snap = job.snapshot()
-    assert snap.state == "lost"
+    assert snap.state == "lost", snap
     assert "without an exit record" in (snap.diagnosis or "")
     assert control_json(job, "exit.json") is None
 

@@ -9,15 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import BinaryIO
 
+from ..fsutil import atomic_write_bytes, fsync_dir
 from .base import ExecResult, FileStat, Transport
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LocalTransport(Transport):
@@ -46,20 +39,7 @@ class LocalTransport(Transport):
             return fh.read() if length is None else fh.read(length)
 
     def write_bytes(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        _fsync_dir(directory)
+        atomic_write_bytes(path, data, mode)
 
     def put(self, local: Path, remote: str) -> None:
         directory = os.path.dirname(os.path.abspath(remote))
@@ -73,7 +53,7 @@ class LocalTransport(Transport):
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        _fsync_dir(directory)
+        fsync_dir(directory)
 
     def open_read(self, path: str) -> BinaryIO:
         return open(path, "rb")
