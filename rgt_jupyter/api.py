@@ -6,6 +6,7 @@ import json
 import os
 import signal as _signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -179,11 +180,19 @@ class Job:
         )
         return Job(launch(req, self.project), self.project)
 
-    def pull(self, to: str | os.PathLike[str] | None = None) -> Run:
-        """Pull outputs and checkpoints into a new immutable run (see :mod:`.pull`)."""
+    def pull(
+        self,
+        to: str | os.PathLike[str] | None = None,
+        on_progress: Callable[[int, int, str], None] | None = None,
+    ) -> Run:
+        """Pull outputs and checkpoints into a new immutable run (see :mod:`.pull`).
+
+        ``on_progress(bytes_done, bytes_total, path)`` is called after each file.
+        """
         from .pull import pull
 
-        return Run(pull(self._row, self.project, Path(to) if to is not None else None))
+        target = Path(to) if to is not None else None
+        return Run(pull(self._row, self.project, target, on_progress=on_progress))
 
     def runs(self) -> list[Run]:
         """Runs already pulled from this job."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .args import PULL_ARGS, RESUME_ARGS, RUN_ARGS, WATCH_ARGS, add_args
 from .errors import RemoteTraceback, RgtError
-from .render import progress_text, snapshot_text, strip_ansi
+from .render import progress_text, snapshot_text, strip_ansi, transfer_text
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -142,7 +142,16 @@ def _cmd_watch(args: argparse.Namespace, project: Path) -> int:
 
 
 def _cmd_pull(args: argparse.Namespace, project: Path) -> int:
-    run = _job(args.job, project).pull(to=args.to)
+    start = time.monotonic()
+
+    def progress(done: int, total: int, path: str) -> None:
+        if sys.stderr.isatty():
+            text = transfer_text(done, total, path, time.monotonic() - start)
+            print("\r" + text[:120].ljust(120), end="", file=sys.stderr, flush=True)
+
+    run = _job(args.job, project).pull(to=args.to, on_progress=progress)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
     print(run.text())
     return 0 if run.verified else 1
 

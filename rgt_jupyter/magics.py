@@ -20,7 +20,7 @@ from .errors import RemoteTraceback, RgtError
 from .launch import LaunchRequest, launch
 from .names import parse_env_pairs
 from .project import project_dir
-from .render import snapshot_html, snapshot_text
+from .render import snapshot_html, snapshot_text, transfer_text
 
 _RUN = magic_parser(
     "%%remote_run",
@@ -184,9 +184,29 @@ class RgtMagics(Magics):
             return None
         try:
             job = self._job(args.job)
-            return job.pull(to=args.to)
+            return job.pull(to=args.to, on_progress=_ProgressLine())
         except RgtError as exc:
             raise _usage(exc) from None
+
+
+class _ProgressLine:
+    """Shows a pull's progress in one display, updated at most 4 times a second."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.shown = 0.0
+        self.handle: Any = None
+
+    def __call__(self, done: int, total: int, path: str) -> None:
+        now = time.monotonic()
+        if now - self.shown < 0.25 and done < total:
+            return
+        self.shown = now
+        text = transfer_text(done, total, path, now - self.start)
+        if self.handle is None:
+            self.handle = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            self.handle.update({"text/plain": text}, raw=True)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -146,3 +146,10 @@ def traceback_lines(
                 out.append("    " + " " * (int(syntax["offset"]) - 1) + "^")
     out.append(f"{RED}{error.get('type')}{RESET}: {error.get('message')}")
     return out
+
+
+def transfer_text(done: int, total: int, path: str, elapsed: float) -> str:
+    """``pulling 12.0 MB / 30.0 MB (40%) at 55.1 MB/s: outputs/x.pt``."""
+    pct = 100 * done / total if total else 100
+    rate = done / elapsed / 1e6 if elapsed > 0 else 0.0
+    return f"pulling {done / 1e6:.1f} MB / {total / 1e6:.1f} MB ({pct:.0f}%) at {rate:.1f} MB/s: {path}"

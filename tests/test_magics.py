@@ -19,7 +19,8 @@ from rgt_jupyter.render import strip_ansi
 def run(ip: Any, source: str) -> tuple[Any, str]:
     with capture_output() as out:
         result = ip.run_cell(source)
-    return result, out.stdout + out.stderr
+    shown = "\n".join(str(o.data.get("text/plain", "")) for o in out.outputs)
+    return result, out.stdout + out.stderr + shown
 
 
 def test_extension_registers_the_magics(ip: Any) -> None:
@@ -122,6 +123,7 @@ def test_remote_run_watch_pull(ip: Any, project: Path) -> None:
     assert pulled.results["env"] == "fast" and pulled.results["smoke"] is None
     assert "data.txt" in pulled.results["cwd_has"]
     assert "verified: yes" in text
+    assert "pulling" in text and "(100%)" in text
 
 
 def test_watch_without_wait_does_not_block(ip: Any) -> None:
