@@ -156,6 +156,12 @@ class Job:
         from .launch import LaunchRequest, launch
 
         spec = self.spec
+        state = self.snapshot(log_lines=0).state
+        if state == "finished" and not fresh:
+            raise UsageError(
+                f"job {self.id} finished: there is nothing to resume. Re-run it from the start "
+                f"with `rgt resume {self.name} --fresh` (or Job.resume(fresh=True))"
+            )
         program = self.transport.read_text(spec["program"])
         if program is None:
             raise UsageError(f"the program of job {self.id} is gone from {spec['program']}")

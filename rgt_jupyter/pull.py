@@ -102,9 +102,18 @@ def load_checkpoints(paths: list[Path], timeout: float) -> dict[str, dict[str, A
     if not paths:
         return {}
     argv = [sys.executable, "-m", "rgt_jupyter.safe_load", *map(str, paths)]
+    # The loader must import this very package, wherever it was imported from.
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     try:
         proc = subprocess.run(
-            argv, capture_output=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+            argv,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         return {

@@ -14,7 +14,7 @@ PYV
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # torch==2.13.0 resolves to the CPU wheel kept on this machine's disk; elsewhere pip picks the
 # build for the platform. The package itself only asks for a loose torch>=2.0.
-python -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
+python -m pip install -q "torch==2.13.0" numpy 2>&1 | grep -v "^WARNING: Location" || true
 python -c "import torch" || { echo "torch did not install" >&2; exit 1; }
 python -m pip install -q -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
 python -c "import rgt_jupyter, nbclient, ipykernel, matplotlib, pytest" \

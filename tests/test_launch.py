@@ -106,6 +106,10 @@ def test_resume_from_cli_and_api(project: Path) -> None:
     assert third.wait(60) == "finished"
     assert third.spec["ckpt_dir"] != second.spec["ckpt_dir"] and not third.spec["resume"]
     assert third.result() == {"started_from": 0}
+    # A finished job has nothing to resume: said so, nothing launched.
+    refused = rgt("resume", "flaky", cwd=project, check=False)
+    assert refused.returncode == 2 and "nothing to resume" in refused.stderr
+    assert Job.from_registry("flaky", project).id == third.id
 
 
 def test_cli_run_watch_pull(project: Path) -> None:
