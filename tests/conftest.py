@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,13 +17,45 @@ from rgt_jupyter.api import Job
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty project dir, used by the API, the magics and the CLI."""
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty project dir, used by the API, the magics and the CLI.
+
+    No other ``RGT_*`` variable leaks in from the environment, and job processes of the
+    project that are still running at teardown are killed.
+    """
     proj = tmp_path / "proj"
     proj.mkdir()
+    for key in [k for k in os.environ if k.startswith("RGT_")]:
+        monkeypatch.delenv(key)
     monkeypatch.setenv("RGT_PROJECT", str(proj))
     monkeypatch.chdir(proj)
-    return proj
+    try:
+        yield proj
+    finally:
+        stop_leftovers(proj)
+
+
+def stop_leftovers(project: Path) -> None:
+    """Kill jobs of this project that are still running (only when a test failed midway)."""
+    jobs = project / ".rgt" / "local" / "jobs"
+    if not jobs.is_dir():
+        return
+    for control in jobs.iterdir():
+        status_path = control / "status.json"
+        if (control / "exit.json").exists() or not status_path.exists():
+            continue
+        status = json.loads(status_path.read_text())
+        for key in ("job_pid", "agent_pid"):
+            pid = status.get(key)
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, TypeError):
+                continue
+            if str(control).encode() in cmdline:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -53,48 +54,12 @@ LOAD_LATEST = textwrap.dedent(
 )
 
 
-@pytest.fixture()
-def project(tmp_path, monkeypatch):
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    for key in [k for k in os.environ if k.startswith("RGT_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("RGT_PROJECT", str(proj))
-    monkeypatch.chdir(proj)
-    try:
-        yield proj
-    finally:
-        _stop_leftovers(proj)
-
-
-def _stop_leftovers(project: Path) -> None:
-    """Kill jobs of this project that are still running (only when a test failed midway)."""
-    jobs = project / ".rgt" / "local" / "jobs"
-    if not jobs.is_dir():
-        return
-    for control in jobs.iterdir():
-        status_path = control / "status.json"
-        if (control / "exit.json").exists() or not status_path.exists():
-            continue
-        status = json.loads(status_path.read_text())
-        for key in ("job_pid", "agent_pid"):
-            pid = status.get(key)
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except (OSError, TypeError):
-                continue
-            if str(control).encode() in cmdline:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-
-def _load_latest_in_subprocess(ckpt_dir: str) -> tuple[dict | None, str]:
+def _run_with_ckpt_dir(code: str, ckpt_dir: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter whose only RGT_* variable is RGT_CKPT_DIR."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
     env["RGT_CKPT_DIR"] = ckpt_dir
     proc = subprocess.run(
-        [sys.executable, "-c", LOAD_LATEST],
+        [sys.executable, "-c", code],
         env=env,
         capture_output=True,
         text=True,
@@ -102,11 +67,16 @@ def _load_latest_in_subprocess(ckpt_dir: str) -> tuple[dict | None, str]:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _load_latest_in_subprocess(ckpt_dir: str) -> tuple[dict[str, Any] | None, str]:
+    proc = _run_with_ckpt_dir(LOAD_LATEST, ckpt_dir)
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
 
 def _complete_steps(ckpt_dir: str) -> list[int]:
-    found = []
+    found: list[int] = []
     for name in os.listdir(ckpt_dir):
         m = re.fullmatch(r"ckpt-(\d{10})\.pt", name)
         if m:
@@ -114,7 +84,7 @@ def _complete_steps(ckpt_dir: str) -> list[int]:
     return sorted(found)
 
 
-def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(project):
+def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(project: Path) -> None:
     job = Job(launch(LaunchRequest(program=PROGRAM, name="ck", smoke=False), project), project)
     control = Path(job.spec["control_dir"])
     ckpt_dir = job.spec["ckpt_dir"]
@@ -187,19 +157,9 @@ SAVE_TWO = textwrap.dedent(
 )
 
 
-def test_load_latest_skips_a_truncated_newest_checkpoint(tmp_path):
+def test_load_latest_skips_a_truncated_newest_checkpoint(tmp_path: Path) -> None:
     ckpt_dir = tmp_path / "ckpt"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
-    env["RGT_CKPT_DIR"] = str(ckpt_dir)
-    proc = subprocess.run(
-        [sys.executable, "-c", SAVE_TWO],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
+    _run_with_ckpt_dir(SAVE_TWO, str(ckpt_dir))
     assert _complete_steps(str(ckpt_dir)) == [1, 2]
 
     newest = ckpt_dir / "ckpt-0000000002.pt"

@@ -15,6 +15,8 @@ from jupyter_client.kernelspec import KernelSpecManager
 
 from rgt_jupyter.api import Job
 
+from .conftest import pid_alive, wait_for
+
 KERNEL_NAME = "rgt-test-venv"
 
 JOB_CELL = """%%remote_run --name det
@@ -83,49 +85,6 @@ def _execute(kc: Any, code: str, timeout: float = 60) -> str:
     return out
 
 
-def _proc_state(pid: int) -> str | None:
-    """The state letter of ``pid`` from /proc (None when it does not exist)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()[0]
-
-
-def _alive(pid: int) -> bool:
-    return _proc_state(pid) not in (None, "Z", "X")
-
-
-def _wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.05)
-
-
-def _stop_leftovers(project: Path) -> None:
-    """Kill jobs of this project that are still running (only when a test failed midway)."""
-    jobs = project / ".rgt" / "local" / "jobs"
-    if not jobs.is_dir():
-        return
-    for control in jobs.iterdir():
-        status_path = control / "status.json"
-        if (control / "exit.json").exists() or not status_path.exists():
-            continue
-        status = json.loads(status_path.read_text())
-        for key in ("job_pid", "agent_pid"):
-            pid = status.get(key)
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except (OSError, TypeError):
-                continue
-            if str(control).encode() in cmdline:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-
 def _shutdown(km: KernelManager | None, kc: Any) -> None:
     if kc is not None:
         kc.stop_channels()
@@ -137,13 +96,7 @@ def _shutdown(km: KernelManager | None, kc: Any) -> None:
         km.cleanup_resources()
 
 
-def test_job_outlives_killed_kernel_and_new_kernel_pulls_it(tmp_path, monkeypatch):
-    project = tmp_path / "proj"
-    project.mkdir()
-    for key in [k for k in os.environ if k.startswith("RGT_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("RGT_PROJECT", str(project))
-    monkeypatch.chdir(project)
+def test_job_outlives_killed_kernel_and_new_kernel_pulls_it(tmp_path: Path, project: Path) -> None:
     ksm = _kernel_spec_manager(tmp_path)
 
     km1 = kc1 = km2 = kc2 = None
@@ -161,7 +114,7 @@ def test_job_outlives_killed_kernel_and_new_kernel_pulls_it(tmp_path, monkeypatc
 
         job = Job.from_registry("det", project)
         control = Path(job.spec["control_dir"])
-        _wait_for(lambda: (control / "status.json").exists(), 30, "the agent's status.json")
+        wait_for(lambda: (control / "status.json").exists(), 30, "the agent's status.json")
         status = json.loads((control / "status.json").read_text())
         agent_pid = int(status["agent_pid"])
         job_pid = int(status["job_pid"])
@@ -174,9 +127,9 @@ def test_job_outlives_killed_kernel_and_new_kernel_pulls_it(tmp_path, monkeypatc
         km1 = kc1 = None
 
         # The kernel is gone; the agent and the job process it supervises are not.
-        assert not _alive(kernel_pid)
-        assert _alive(agent_pid), "the agent died with the kernel"
-        assert _alive(job_pid), "the job process died with the kernel"
+        assert not pid_alive(kernel_pid)
+        assert pid_alive(agent_pid), "the agent died with the kernel"
+        assert pid_alive(job_pid), "the job process died with the kernel"
         assert not (control / "exit.json").exists()
         assert Job.from_registry("det", project).snapshot().state == "running"
 
@@ -205,8 +158,7 @@ def test_job_outlives_killed_kernel_and_new_kernel_pulls_it(tmp_path, monkeypatc
         runs = [p for p in (project / "runs").iterdir() if not p.name.startswith(".")]
         assert len(runs) == 1
         assert json.loads((runs[0] / "results.json").read_text()) == {"answer": 42}
-        _wait_for(lambda: not _alive(agent_pid), 30, "the agent to exit")
+        wait_for(lambda: not pid_alive(agent_pid), 30, "the agent to exit")
     finally:
         _shutdown(km1, kc1)
         _shutdown(km2, kc2)
-        _stop_leftovers(project)

@@ -6,16 +6,14 @@ import json
 import os
 import re
 import signal
-import time
 from pathlib import Path
-from typing import Any
 
-import pytest
 import torch
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.testing.globalipapp import start_ipython
 
 from rgt_jupyter.api import Job
+
+from .conftest import wait_for
 
 TOTAL = 60
 PREEMPT_AT = 25
@@ -82,60 +80,12 @@ else:
 """
 
 
-@pytest.fixture()
-def shell(tmp_path, monkeypatch):
-    project = tmp_path / "proj"
-    project.mkdir()
-    for key in [k for k in os.environ if k.startswith("RGT_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("RGT_PROJECT", str(project))
-    monkeypatch.chdir(project)
-    if not InteractiveShell.initialized():
-        start_ipython()  # the process-wide test shell (a no-op once started)
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "rgt_jupyter")
-    try:
-        yield ip, project
-    finally:
-        _stop_leftovers(project)
-
-
-def _stop_leftovers(project: Path) -> None:
-    """Kill jobs of this project that are still running (only when a test failed midway)."""
-    jobs = project / ".rgt" / "local" / "jobs"
-    if not jobs.is_dir():
-        return
-    for control in jobs.iterdir():
-        status_path = control / "status.json"
-        if (control / "exit.json").exists() or not status_path.exists():
-            continue
-        status = json.loads(status_path.read_text())
-        for key in ("job_pid", "agent_pid"):
-            pid = status.get(key)
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except (OSError, TypeError):
-                continue
-            if str(control).encode() in cmdline:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-
-def _run_cell(ip: Any, name: str) -> Job:
+def _run_cell(ip: InteractiveShell, name: str) -> Job:
     result = ip.run_cell(f"%%remote_run --name {name}\n" + PROGRAM)
     assert result.error_before_exec is None and result.error_in_exec is None, result
     job = result.result
     assert isinstance(job, Job), job
     return job
-
-
-def _wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.02)
 
 
 def _ckpt_steps(ckpt_dir: str) -> list[int]:
@@ -151,9 +101,7 @@ def _load(path: str) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def test_preempt_then_resume_matches_uninterrupted_run(shell):
-    ip, project = shell
-
+def test_preempt_then_resume_matches_uninterrupted_run(ip: InteractiveShell) -> None:
     # A: the reference, uninterrupted.
     job_a = _run_cell(ip, "A")
     assert job_a.wait(timeout=120) == "finished", job_a.log()
@@ -169,7 +117,7 @@ def test_preempt_then_resume_matches_uninterrupted_run(shell):
         assert not snap.terminal, f"job B ended ({snap.state}) before it could be preempted"
         return snap.progress is not None and snap.progress["step"] >= PREEMPT_AT
 
-    _wait_for(progressed, 90, f"job B to reach step {PREEMPT_AT}")
+    wait_for(progressed, 90, f"job B to reach step {PREEMPT_AT}")
     status = json.loads((control_b / "status.json").read_text())
     seen_step = int(job_b.snapshot(log_lines=0).progress["step"])
     os.kill(int(status["job_pid"]), signal.SIGTERM)
