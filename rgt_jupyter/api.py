@@ -55,7 +55,9 @@ class Job:
     def transport(self) -> Transport:
         """The transport of the job's profile (created on first use)."""
         if self._transport is None:
-            self._transport = get_transport(self.spec["transport"])
+            self._transport = get_transport(
+                self.spec["transport"], self.spec.get("host_alias"), self.project
+            )
         return self._transport
 
     def snapshot(self, log_lines: int = 12) -> Snapshot:
@@ -162,27 +164,20 @@ class Job:
                 f"job {self.id} finished: there is nothing to resume. Re-run it from the start "
                 f"with `rgt resume {self.name} --fresh` (or Job.resume(fresh=True))"
             )
-        program = self.transport.read_text(spec["program"])
-        if program is None:
-            raise UsageError(f"the program of job {self.id} is gone from {spec['program']}")
-        pushed = [
-            f"{spec['code_dir']}/{rel.split('/')[0]}"
-            for rel in dict.fromkeys(p.split("/")[0] for p in spec.get("pushed", []))
-        ]
+        # The stored program, pushed files and inputs are reused as they are: byte-identical.
         req = LaunchRequest(
-            program=program,
+            program="",
             name=self.name,
             profile=self.profile,
-            program_name=os.path.basename(spec["program"]),
             label=spec.get("label", ""),
             line_offset=int(spec.get("line_offset", 0)),
-            push=pushed,
             env=dict(spec.get("env", {})),
-            inputs=_read_inputs(self.transport, spec),
             smoke=False,
+            host=spec.get("host_alias"),
             python=spec["python"],
             fresh=fresh,
             grace_s=spec.get("grace_s"),
+            reuse_code_of=spec,
         )
         return Job(launch(req, self.project), self.project)
 
@@ -214,28 +209,6 @@ class Job:
     def __repr__(self) -> str:
         state = self._last.state if self._last else self._row.get("state")
         return f"<Job {self.id} {state}>"
-
-
-def _read_inputs(transport: Transport, spec: dict[str, Any]) -> dict[str, Any]:
-    """Inputs shipped with a job, for a relaunch (JSON values only; pickles are re-shipped as is)."""
-    values: dict[str, Any] = {}
-    inputs_dir = spec.get("inputs_dir")
-    if not inputs_dir:
-        return values
-    try:
-        names = transport.listdir(inputs_dir)
-    except FileNotFoundError:
-        return values
-    for fname in names:
-        stem, ext = os.path.splitext(fname)
-        data = transport.read_bytes(f"{inputs_dir}/{fname}")
-        if ext == ".json":
-            values[stem] = json.loads(data)
-        elif ext == ".pkl":
-            import pickle
-
-            values[stem] = pickle.loads(data)  # noqa: S301 - the user's own variables, re-shipped
-    return values
 
 
 class Run:

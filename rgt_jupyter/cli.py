@@ -57,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("jobs", help="list this project's jobs", description="List jobs.")
     sub.add_parser("profiles", help="list the available profiles", description="List profiles.")
+    trust = sub.add_parser(
+        "trust-host",
+        help="show an SSH host's key and, once you confirm it, trust it",
+        description="Fetch the host key ALIAS presents, show its fingerprint, and after an "
+        "explicit 'yes' record it in <project>/.rgt/known_hosts (who and when, in "
+        ".rgt/trusted_hosts.jsonl). A key that differs from a known one is refused.",
+    )
+    trust.add_argument("alias", help="a Host of ~/.ssh/config")
     demo = sub.add_parser(
         "demo",
         help="run the quickstart notebook headless on this machine",
@@ -199,6 +207,23 @@ def _cmd_profiles(project: Path) -> int:
     return 0
 
 
+def _cmd_trust_host(alias: str, project: Path) -> int:
+    from .transport.ssh import trust_host
+
+    def confirm(message: str) -> bool:
+        print(message)
+        print(f"Trust this key for {alias}? Type 'yes' to trust it: ", end="", flush=True)
+        answer = sys.stdin.readline().strip().lower()
+        return answer == "yes"
+
+    result = trust_host(alias, project, confirm)
+    if result["status"] == "already trusted":
+        print(f"{alias} is already trusted ({result['fingerprint']})")
+    else:
+        print(f"trusted {alias} ({result['fingerprint']}); recorded in {result['known_hosts']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rgt``; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -218,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_jobs(project)
         if args.command == "profiles":
             return _cmd_profiles(project)
+        if args.command == "trust-host":
+            return _cmd_trust_host(args.alias, project)
         if args.command == "demo":
             from .demo import run_demo
 

@@ -52,6 +52,8 @@ class LaunchRequest:
     python: str | None = None
     fresh: bool = False
     grace_s: float | None = None
+    #: Resume with another job's program, pushed files and inputs, byte-identical (its spec).
+    reuse_code_of: dict[str, Any] | None = None
 
 
 def default_name(program: str) -> str:
@@ -226,16 +228,20 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     (name, profile, flags, paths, smoke) has passed."""
     profile: Profile = load_profile(req.profile, project)
     name = check_job_name(req.name if req.name is not None else default_name(req.program))
-    if req.host not in (None, "", "localhost", "127.0.0.1") and profile.transport == "local":
-        raise UsageError(
-            f"--host {req.host!r}: profile {profile.name!r} runs on this machine; "
-            "use an ssh profile to run elsewhere"
-        )
+    host_alias = req.host or profile.host or None
+    if profile.transport == "local":
+        if host_alias not in (None, "localhost", "127.0.0.1"):
+            raise UsageError(
+                f"--host {host_alias!r}: profile {profile.name!r} runs on this machine; "
+                "use an ssh profile (--profile ssh) to run elsewhere"
+            )
+        host_alias = None
     env = {**req.env, **_gpus_env(req.gpus)}
-    pushed = _push_entries(req.push)
-    inputs = _serialize_inputs(req.inputs)
+    reuse = req.reuse_code_of
+    pushed = _push_entries(req.push) if reuse is None else []
+    inputs = _serialize_inputs(req.inputs) if reuse is None else {}
     registry = Registry(project)
-    transport = get_transport(profile.transport)
+    transport = get_transport(profile.transport, host_alias, project)
 
     previous: dict[str, Any] | None
     try:
@@ -261,11 +267,18 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     lineage = previous["lineage"] if resume and previous else f"{_stamp()}-{secrets.token_hex(3)}"
     attempt = previous["attempt"] + 1 if resume and previous else 1
     job_id = f"{name}-{_stamp()}-{secrets.token_hex(2)}"
-    control = f"{profile.expand(profile.workdir, project)}/{job_id}"
-    durable = f"{profile.expand(profile.durable_dir, project)}/{name}/{lineage}"
+    home = transport.home()
+    control = f"{profile.expand(profile.workdir, project, home)}/{job_id}"
+    durable = f"{profile.expand(profile.durable_dir, project, home)}/{name}/{lineage}"
     python = req.python or profile.interpreter()
-    hash_ = code_hash(req.program, pushed)
-    paths = ship(transport, control, req, pushed, inputs)
+    if reuse is None:
+        hash_ = code_hash(req.program, pushed)
+        paths = ship(transport, control, req, pushed, inputs)
+        pushed_names, input_names = [rel for _, rel in pushed], sorted(req.inputs)
+    else:
+        hash_, pushed_names, input_names = reuse["code_hash"], reuse["pushed"], reuse["inputs"]
+        paths = {k: reuse[k] for k in ("code_dir", "lib_dir", "inputs_dir", "program")}
+        transport.put(_HERE / "agent.py", f"{control}/agent.py")
     spec: dict[str, Any] = {
         "job_id": job_id,
         "name": name,
@@ -273,6 +286,7 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         "attempt": attempt,
         "profile": profile.name,
         "host": transport.host,
+        "host_alias": host_alias,
         "transport": profile.transport,
         "launcher": profile.launcher,
         "project": project_str,
@@ -288,8 +302,8 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         "line_offset": req.line_offset,
         "label": req.label,
         "code_hash": hash_,
-        "pushed": [rel for _, rel in pushed],
-        "inputs": sorted(req.inputs),
+        "pushed": pushed_names,
+        "inputs": input_names,
         "smoke": smoke,
         "created_at": time.time(),
         "previous_job": previous["id"] if previous else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -13,7 +14,7 @@ import tomllib
 
 from .errors import ProfileError
 
-_TRANSPORTS = ("local",)
+_TRANSPORTS = ("local", "ssh")
 _LAUNCHERS = ("detached",)
 
 
@@ -30,6 +31,7 @@ class Profile:
     durable_dir: str
     scratch_dir: str
     python: str = ""
+    host: str = ""
     smoke_default: bool = False
     grace_s: float = 30.0
     heartbeat_s: float = 1.0
@@ -38,13 +40,18 @@ class Profile:
     verified: str = ""
     source: str = ""
 
-    def expand(self, template: str, project: Path) -> str:
-        """Fill ``{project}`` and ``{home}`` in a path template."""
-        return template.format(project=str(project), home=os.path.expanduser("~"))
+    def expand(self, template: str, project: Path, home: str) -> str:
+        """Fill a path template: ``{project}`` (the local project dir), ``{project_name}`` (its
+        name, made safe for any path) and ``{home}`` (the home dir where the job runs)."""
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", project.name).lstrip(".-") or "project"
+        return template.format(project=str(project), project_name=name, home=home)
 
     def interpreter(self) -> str:
-        """The Python that runs the agent and the job."""
-        return self.python or sys.executable
+        """The Python that runs the agent and the job: the profile's, else this kernel's
+        interpreter for local jobs and ``python3`` (on the remote PATH) elsewhere."""
+        if self.python:
+            return self.python
+        return sys.executable if self.transport == "local" else "python3"
 
 
 def builtin_dirs() -> list[Path]:

@@ -159,7 +159,7 @@ def pull(
     from .status import observe
 
     spec = row["spec"]
-    transport = get_transport(spec["transport"])
+    transport = get_transport(spec["transport"], spec.get("host_alias"), project)
     snap = observe(transport, spec)
     if not snap.terminal:
         raise PullError(

@@ -9,6 +9,14 @@ import sys
 if sys.version_info < (3, 10):
     sys.exit(f"rgt-jupyter needs Python 3.10+, found {sys.version.split()[0]}")
 PYV
+# The SSH tests run against a real OpenSSH server on 127.0.0.1.
+if [ ! -x /usr/sbin/sshd ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
+  else
+    echo "note: /usr/sbin/sshd is missing; the SSH tests need openssh-server installed" >&2
+  fi
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1

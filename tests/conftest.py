@@ -15,6 +15,8 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from rgt_jupyter.api import Job
 
+from .sshd import sshd  # noqa: F401 - a session fixture: the real OpenSSH server
+
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

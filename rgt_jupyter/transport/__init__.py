@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .base import ExecResult, FileStat, Transport
 
 __all__ = ["ExecResult", "FileStat", "Transport", "get_transport"]
 
 
-def get_transport(kind: str, host: str = "localhost") -> Transport:
-    """The transport for a profile's ``transport`` field."""
+def get_transport(kind: str, host: str | None = None, project: Path | None = None) -> Transport:
+    """The transport for a profile's ``transport`` field (``ssh`` needs the host alias)."""
+    from ..errors import ProfileError, UsageError
+
     if kind == "local":
         from .local import LocalTransport
 
         return LocalTransport()
-    from ..errors import ProfileError
+    if kind == "ssh":
+        if not host:
+            raise UsageError(
+                "this profile runs over SSH: pass --host ALIAS (a Host of ~/.ssh/config), or "
+                "set `host` in a profile of your own"
+            )
+        from .ssh import connect
 
+        return connect(host, project)
     raise ProfileError(f"transport {kind!r} is not available")

@@ -84,6 +84,10 @@ class Transport(abc.ABC):
     def listdir(self, path: str) -> list[str]:
         """Names in a directory; FileNotFoundError if absent."""
 
+    @abc.abstractmethod
+    def home(self) -> str:
+        """The home directory of the user the transport acts as."""
+
     # Built on the primitives above, so every transport gets them.
 
     def read_text(self, path: str) -> str | None:

@@ -70,3 +70,6 @@ class LocalTransport(Transport):
 
     def listdir(self, path: str) -> list[str]:
         return sorted(os.listdir(path))
+
+    def home(self) -> str:
+        return os.path.expanduser("~")

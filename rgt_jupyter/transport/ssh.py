@@ -1,0 +1,522 @@
+"""The SSH transport (paramiko): hosts from ``~/.ssh/config``, keys checked against known_hosts.
+
+Host keys: the user's ``~/.ssh/known_hosts``, any ``UserKnownHostsFile`` the config names and the
+project's ``.rgt/known_hosts`` are honoured. An unknown host is refused with its fingerprint and
+the command that trusts it (``rgt trust-host ALIAS``); a changed key is refused loudly. Nothing is
+sent past key exchange to a host that was not verified.
+
+One connection per host per process (:func:`connect`), with keepalive; a dropped connection is
+re-opened on the next call, and a connection that cannot be made raises :class:`SSHError` with a
+``kind`` (``auth_failed``, ``host_key_unknown``, ``host_key_mismatch``, ``connection_refused``,
+``timeout``, ``no_sftp``, ``transport_unavailable``) and a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import os
+import shlex
+import socket
+import stat as stat_mod
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+import paramiko
+
+from ..errors import TransportError
+from .base import ExecResult, FileStat, Transport
+
+KEEPALIVE_S = 15
+CONNECT_TIMEOUT_S = 15.0
+
+
+class SSHError(TransportError):
+    """An SSH failure, classified by ``kind``. Says nothing about the job's own state."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"[{kind}] {message}")
+        self.kind = kind
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style ``SHA256:...`` fingerprint of a host key."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def ssh_config_path() -> Path:
+    """``$RGT_SSH_CONFIG``, else ``~/.ssh/config``."""
+    return Path(os.environ.get("RGT_SSH_CONFIG") or os.path.expanduser("~/.ssh/config"))
+
+
+@dataclass
+class HostSpec:
+    """A host alias resolved through the SSH config."""
+
+    alias: str
+    hostname: str
+    port: int
+    user: str | None
+    identity_files: list[str] = field(default_factory=list)
+    known_hosts: list[Path] = field(default_factory=list)
+    proxy_jump: str | None = None
+
+    @property
+    def key_name(self) -> str:
+        """How known_hosts names this host (``[host]:port`` unless the port is 22)."""
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+
+def resolve(alias: str, project: Path | None = None) -> HostSpec:
+    """Resolve ``alias`` through the SSH config (HostName, Port, User, IdentityFile, ProxyJump)."""
+    config = paramiko.SSHConfig()
+    path = ssh_config_path()
+    if path.exists():
+        config = paramiko.SSHConfig.from_path(str(path))
+    found = config.lookup(alias)
+    known = [Path(os.path.expanduser("~/.ssh/known_hosts"))]
+    for entry in str(found.get("userknownhostsfile", "")).split():
+        known.append(Path(os.path.expanduser(entry)))
+    if project is not None:
+        known.append(project / ".rgt" / "known_hosts")
+    return HostSpec(
+        alias=alias,
+        hostname=str(found.get("hostname", alias)),
+        port=int(found.get("port", 22)),
+        user=found.get("user"),
+        identity_files=[os.path.expanduser(p) for p in found.get("identityfile", [])],
+        known_hosts=known,
+        proxy_jump=found.get("proxyjump"),
+    )
+
+
+class _RefuseUnknown(paramiko.MissingHostKeyPolicy):
+    """Refuse an unknown host, naming its fingerprint and the command that trusts it."""
+
+    def __init__(self, spec: HostSpec) -> None:
+        self.spec = spec
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        raise SSHError(
+            "host_key_unknown",
+            f"{self.spec.alias} ({hostname}) is not a known host: it presents a "
+            f"{key.get_name()} key {fingerprint(key)}. Check that fingerprint with the machine's "
+            f"owner or console, then run `rgt trust-host {self.spec.alias}`.",
+        )
+
+
+def load_host_keys(spec: HostSpec) -> paramiko.HostKeys:
+    """Every known host key from the user's, the config's and the project's known_hosts."""
+    keys = paramiko.HostKeys()
+    for path in spec.known_hosts:
+        if path.exists():
+            keys.load(str(path))
+    return keys
+
+
+def _open_socket(spec: HostSpec, project: Path | None) -> Any:
+    """A direct TCP socket, or a channel through the ProxyJump host."""
+    if spec.proxy_jump:
+        jump = connect(spec.proxy_jump.split(",")[0], project)
+        transport = jump.client().get_transport()
+        assert transport is not None
+        try:
+            return transport.open_channel(
+                "direct-tcpip",
+                (spec.hostname, spec.port),
+                ("127.0.0.1", 0),
+                timeout=CONNECT_TIMEOUT_S,
+            )
+        except paramiko.ChannelException as exc:
+            raise SSHError(
+                "connection_refused",
+                f"{spec.proxy_jump} could not reach {spec.hostname}:{spec.port} ({exc})",
+            ) from exc
+    try:
+        return socket.create_connection((spec.hostname, spec.port), timeout=CONNECT_TIMEOUT_S)
+    except ConnectionRefusedError as exc:
+        raise SSHError(
+            "connection_refused",
+            f"{spec.alias} ({spec.hostname}:{spec.port}) "
+            "refused the connection: is sshd running and the port right?",
+        ) from exc
+    except TimeoutError as exc:
+        raise SSHError(
+            "timeout",
+            f"{spec.alias} ({spec.hostname}:{spec.port}) did not answer "
+            f"within {CONNECT_TIMEOUT_S:g} s",
+        ) from exc
+    except OSError as exc:
+        raise SSHError("transport_unavailable", f"cannot reach {spec.alias}: {exc}") from exc
+
+
+class SSHTransport(Transport):
+    """A host reached over SSH. Commands go over exec channels, files over one SFTP session."""
+
+    name = "ssh"
+
+    def __init__(self, alias: str, project: Path | None = None) -> None:
+        self.alias = alias
+        self.host = alias
+        self.project = project
+        self.spec = resolve(alias, project)
+        self._client: paramiko.SSHClient | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._lock = threading.RLock()
+        self._home: str | None = None
+
+    # -- connection
+
+    def client(self) -> paramiko.SSHClient:
+        """The open connection, (re)connecting when needed."""
+        with self._lock:
+            transport = self._client.get_transport() if self._client else None
+            if transport is not None and transport.is_active():
+                return cast(paramiko.SSHClient, self._client)
+            self._sftp = None
+            self._client = self._connect()
+            return self._client
+
+    def _connect(self) -> paramiko.SSHClient:
+        spec = self.spec
+        client = paramiko.SSHClient()
+        for path in spec.known_hosts:  # read as "system" keys: never written back
+            if path.exists():
+                client.load_system_host_keys(str(path))
+        client.set_missing_host_key_policy(_RefuseUnknown(spec))
+        sock = _open_socket(spec, self.project)
+        try:
+            client.connect(
+                spec.hostname,
+                port=spec.port,
+                username=spec.user,
+                key_filename=spec.identity_files or None,
+                timeout=CONNECT_TIMEOUT_S,
+                banner_timeout=CONNECT_TIMEOUT_S,
+                auth_timeout=CONNECT_TIMEOUT_S,
+                sock=sock,
+                allow_agent=True,
+                look_for_keys=not spec.identity_files,
+            )
+        except SSHError:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise SSHError(
+                "host_key_mismatch",
+                f"THE HOST KEY OF {spec.alias} ({spec.key_name}) HAS CHANGED: it now presents "
+                f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}. This "
+                "can be a re-created machine or someone in the middle. Nothing was sent. Verify "
+                "the new key with the machine's console; only then remove the old entry "
+                f"(ssh-keygen -R '{spec.key_name}') and run `rgt trust-host {spec.alias}`.",
+            ) from exc
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise SSHError(
+                "auth_failed",
+                f"{spec.alias} refused our keys (user {spec.user or 'default'}): add your public "
+                "key to the remote ~/.ssh/authorized_keys, or set IdentityFile for this Host in "
+                "~/.ssh/config",
+            ) from exc
+        except TimeoutError as exc:
+            client.close()
+            raise SSHError("timeout", f"{spec.alias}: the SSH handshake timed out") from exc
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            client.close()
+            raise SSHError("transport_unavailable", f"{spec.alias}: {exc}") from exc
+        transport = client.get_transport()
+        assert transport is not None
+        transport.set_keepalive(KEEPALIVE_S)
+        return client
+
+    def sftp(self) -> paramiko.SFTPClient:
+        """The SFTP session on the open connection."""
+        with self._lock:
+            client = self.client()
+            if self._sftp is None or self._sftp.sock.closed:
+                try:
+                    self._sftp = client.open_sftp()
+                except paramiko.SSHException as exc:
+                    raise SSHError(
+                        "no_sftp",
+                        f"{self.alias} offers no SFTP subsystem ({exc}): "
+                        "enable `Subsystem sftp` in its sshd_config",
+                    ) from exc
+            return self._sftp
+
+    def _retry(self, op: Any) -> Any:
+        """Run an SFTP operation (one at a time: the session is shared by the watcher thread);
+        after a dropped connection, reconnect once and retry."""
+        with self._lock:
+            try:
+                return op(self.sftp())
+            except (EOFError, paramiko.SSHException, OSError) as exc:
+                if isinstance(exc, OSError) and exc.errno is not None:
+                    raise  # a real answer from the server (no such file, permission denied)
+                self.close()
+            try:
+                return op(self.sftp())
+            except (EOFError, paramiko.SSHException, OSError) as again:
+                if isinstance(again, OSError) and again.errno is not None:
+                    raise
+                raise SSHError(
+                    "transport_unavailable", f"lost the connection to {self.alias}: {again}"
+                ) from again
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+            self._client = None
+            self._sftp = None
+
+    # -- the interface
+
+    def exec(
+        self, argv: list[str], *, stdin: bytes | None = None, timeout: float | None = 60.0
+    ) -> ExecResult:
+        command = shlex.join(argv)
+        try:
+            transport = self.client().get_transport()
+            assert transport is not None
+            chan = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self.close()
+            raise SSHError("transport_unavailable", f"{self.alias}: {exc}") from exc
+        chan.settimeout(timeout)
+        try:
+            chan.exec_command(command)
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                if chan.recv_ready():
+                    out += chan.recv(1 << 16)
+                elif chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+                elif (
+                    chan.exit_status_ready()
+                    and not chan.recv_ready()
+                    and not chan.recv_stderr_ready()
+                ):
+                    break
+                else:
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise SSHError("timeout", f"{self.alias}: {argv[0]} ran past {timeout} s")
+                    time.sleep(0.002)
+            while chan.recv_ready():
+                out += chan.recv(1 << 16)
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(1 << 16)
+            code = chan.recv_exit_status()
+        except TimeoutError as exc:
+            raise SSHError("timeout", f"{self.alias}: {argv[0]} ran past {timeout} s") from exc
+        finally:
+            chan.close()
+        return ExecResult(tuple(argv), code, bytes(out), bytes(err))
+
+    def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        def op(sftp: paramiko.SFTPClient) -> bytes:
+            with sftp.open(path, "rb") as fh:
+                fh.seek(offset)
+                if length is None:
+                    # /proc files report size 0: read until EOF.
+                    chunks: list[bytes] = []
+                    while True:
+                        chunk = fh.read(1 << 16)
+                        if not chunk:
+                            return b"".join(chunks)
+                        chunks.append(chunk)
+                return bytes(fh.read(length))
+
+        return cast(bytes, self._retry(op))
+
+    def write_bytes(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.tmp-{os.getpid()}"
+
+        def op(sftp: paramiko.SFTPClient) -> None:
+            with sftp.open(tmp, "wb") as fh:
+                fh.chmod(mode)
+                fh.write(data)
+            sftp.posix_rename(tmp, path)
+
+        self.makedirs(os.path.dirname(path))
+        self._retry(op)
+
+    def put(self, local: Path, remote: str) -> None:
+        tmp = f"{os.path.dirname(remote)}/.{os.path.basename(remote)}.tmp-{os.getpid()}"
+
+        def op(sftp: paramiko.SFTPClient) -> None:
+            sftp.put(str(local), tmp)
+            sftp.chmod(tmp, stat_mod.S_IMODE(os.stat(local).st_mode))
+            sftp.posix_rename(tmp, remote)
+
+        self.makedirs(os.path.dirname(remote))
+        self._retry(op)
+
+    def open_read(self, path: str) -> BinaryIO:
+        # A session of its own, so a long transfer never waits on (or blocks) the watcher.
+        try:
+            sftp = self.client().open_sftp()
+        except paramiko.SSHException as exc:
+            raise SSHError("no_sftp", f"{self.alias}: cannot open SFTP ({exc})") from exc
+        try:
+            fh = sftp.open(path, "rb")
+        except BaseException:
+            sftp.close()
+            raise
+        fh.prefetch(fh.stat().st_size)
+        return cast(BinaryIO, _StreamFile(fh, sftp))
+
+    def stat(self, path: str) -> FileStat | None:
+        def op(sftp: paramiko.SFTPClient) -> FileStat | None:
+            try:
+                st = sftp.stat(path)
+            except FileNotFoundError:
+                return None
+            return FileStat(
+                int(st.st_size or 0), float(st.st_mtime or 0), stat_mod.S_ISDIR(st.st_mode or 0)
+            )
+
+        return cast("FileStat | None", self._retry(op))
+
+    def makedirs(self, path: str, mode: int = 0o755) -> None:
+        def op(sftp: paramiko.SFTPClient) -> None:
+            parts = [p for p in path.split("/") if p]
+            current = "" if path.startswith("/") else "."
+            for part in parts:
+                current = f"{current}/{part}"
+                try:
+                    st = sftp.stat(current)
+                except FileNotFoundError:
+                    try:
+                        sftp.mkdir(current, mode)
+                    except OSError:
+                        st = sftp.stat(current)  # made meanwhile by someone else: fine if a dir
+                        if not stat_mod.S_ISDIR(st.st_mode or 0):
+                            raise
+                    continue
+                if not stat_mod.S_ISDIR(st.st_mode or 0):
+                    raise NotADirectoryError(errno.ENOTDIR, f"{current} is not a directory")
+
+        self._retry(op)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(cast(list[str], self._retry(lambda sftp: sftp.listdir(path))))
+
+    def home(self) -> str:
+        if self._home is None:
+            self._home = cast(str, self._retry(lambda sftp: sftp.normalize(".")))
+        return self._home
+
+
+class _StreamFile:
+    """A remote file with its own SFTP session; closing it closes both."""
+
+    def __init__(self, fh: paramiko.SFTPFile, sftp: paramiko.SFTPClient) -> None:
+        self._fh = fh
+        self._sftp = sftp
+
+    def read(self, n: int = -1) -> bytes:
+        return bytes(self._fh.read(None if n < 0 else n))
+
+    def close(self) -> None:
+        try:
+            self._fh.close()
+        finally:
+            self._sftp.close()
+
+    def __enter__(self) -> _StreamFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_CONNECTIONS: dict[tuple[str, str], SSHTransport] = {}
+_CONNECTIONS_LOCK = threading.Lock()
+
+
+def connect(alias: str, project: Path | None = None) -> SSHTransport:
+    """The process's one transport for ``alias`` (connected lazily, on first use)."""
+    key = (alias, str(project))
+    with _CONNECTIONS_LOCK:
+        if key not in _CONNECTIONS:
+            _CONNECTIONS[key] = SSHTransport(alias, project)
+        return _CONNECTIONS[key]
+
+
+def fetch_host_key(alias: str, project: Path | None = None) -> tuple[HostSpec, paramiko.PKey]:
+    """Run key exchange only (no authentication) and return the key the host presents."""
+    spec = resolve(alias, project)
+    sock = _open_socket(spec, project)
+    transport = paramiko.Transport(sock)
+    try:
+        transport.start_client(timeout=CONNECT_TIMEOUT_S)
+        return spec, transport.get_remote_server_key()
+    except paramiko.SSHException as exc:
+        raise SSHError("transport_unavailable", f"{alias}: key exchange failed ({exc})") from exc
+    finally:
+        transport.close()
+
+
+def trust_host(alias: str, project: Path, confirm: Any) -> dict[str, Any]:
+    """Show the key ``alias`` presents and, if ``confirm(message)`` says yes, record it in
+    ``<project>/.rgt/known_hosts`` with who trusted it and when (``.rgt/trusted_hosts.jsonl``).
+
+    A key that differs from a known one is refused: that is never settled here.
+    """
+    import getpass
+    import json
+
+    from ..errors import UsageError
+    from ..fsutil import atomic_write_bytes
+
+    spec, key = fetch_host_key(alias, project)
+    fp = fingerprint(key)
+    known = load_host_keys(spec).lookup(spec.key_name)
+    if known is not None and key.get_name() in known:
+        if known[key.get_name()] == key:
+            return {"alias": alias, "fingerprint": fp, "status": "already trusted"}
+        raise SSHError(
+            "host_key_mismatch",
+            f"{alias} ({spec.key_name}) now presents {fp}, which differs from the key on record. "
+            "Verify it with the machine's console before removing the old entry "
+            f"(ssh-keygen -R '{spec.key_name}').",
+        )
+    message = (
+        f"{alias} ({spec.key_name}) presents a {key.get_name()} key\n  {fp}\n"
+        "Compare it with the fingerprint the provider's console or the machine's owner shows."
+    )
+    if not confirm(message):
+        raise UsageError(f"{alias} was not trusted; nothing was written")
+    state = project / ".rgt"
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / "known_hosts"
+    old = path.read_bytes() if path.exists() else b""
+    line = f"{spec.key_name} {key.get_name()} {key.get_base64()}\n".encode()
+    atomic_write_bytes(path, old + line, mode=0o600)
+    record = {
+        "alias": alias,
+        "host": spec.hostname,
+        "port": spec.port,
+        "key_type": key.get_name(),
+        "fingerprint": fp,
+        "trusted_by": getpass.getuser(),
+        "at": time.time(),
+        "first_contact_mitm_unavailable": True,
+    }
+    with open(state / "trusted_hosts.jsonl", "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+    return {**record, "status": "trusted", "known_hosts": str(path)}

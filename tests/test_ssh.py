@@ -1,0 +1,227 @@
+"""The SSH transport against a real OpenSSH server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+
+from rgt_jupyter.api import Job
+from rgt_jupyter.launch import LaunchRequest, launch
+from rgt_jupyter.registry import Registry
+from rgt_jupyter.render import strip_ansi
+from rgt_jupyter.transport.ssh import SSHError, connect
+
+from .sshd import Sshd
+
+JOB = """\
+import random, time, rgt_jupyter.job as job
+random.seed(7)
+state = job.load_latest()
+start = state["step"] if state else 0
+total = 0.0
+for step in range(start + 1, 6):
+    total += sum(random.random() for _ in range(1000))
+    job.progress(step, 5, running_sum=total)
+    job.save_checkpoint({"step": step, "total": total}, step=step)
+    time.sleep(0.2)
+job.save_results({"total": total, "steps": 5})
+"""
+
+
+@pytest.fixture
+def box(
+    sshd: Sshd, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """An ssh_config with alias ``testbox`` (and ``jumpbox`` through it), a known_hosts that
+    trusts the server, and a project profile ``box`` whose remote dirs live under tmp."""
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{sshd.port} {sshd.host_pub}\n")
+    common = (
+        f"  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
+        f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {known}\n"
+    )
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host testbox\n{common}\nHost jumpbox\n{common}  ProxyJump testbox\n")
+    monkeypatch.setenv("RGT_SSH_CONFIG", str(config))
+    remote = tmp_path / "remote home"
+    profiles = project / ".rgt" / "profiles"
+    profiles.mkdir(parents=True)
+    builtin = (Path(__file__).parent.parent / "profiles" / "ssh.toml").read_text()
+    (profiles / "box.toml").write_text(
+        builtin.replace('name = "ssh"', 'name = "box"')
+        .replace("{home}/rgt", str(remote))
+        .replace("smoke_default = true", "smoke_default = false")
+    )
+    yield known
+
+
+def _cell(ip: Any, source: str) -> tuple[Any, str]:
+    with capture_output() as out:
+        result = ip.run_cell(source)
+    shown = "\n".join(str(o.data.get("text/plain", "")) for o in out.outputs)
+    return result, out.stdout + out.stderr + shown
+
+
+def test_the_whole_arc_over_ssh_matches_local(ip: Any, project: Path, box: Path) -> None:
+    result, _ = _cell(ip, f"%%remote_run --profile box --host testbox --name arc\n{JOB}")
+    assert result.error_in_exec is None, result.error_in_exec
+    job = result.result
+    assert job.spec["transport"] == "ssh" and job.spec["host_alias"] == "testbox"
+    assert job.spec["python"] == "python3"
+    result, text = _cell(ip, "%watch arc --wait --timeout 120")
+    assert result.error_in_exec is None, text
+    assert result.result.state == "finished"
+    result, text = _cell(ip, "%pull arc")
+    assert result.error_in_exec is None, text
+    remote_run = result.result
+    assert remote_run.verified, remote_run.text()
+    assert remote_run.provenance["host"] == "testbox"
+    # The same program on this machine gives the same results.
+    result, _ = _cell(ip, f"%%remote_run --name arc-local\n{JOB}")
+    local_job = result.result
+    assert local_job.wait(60) == "finished"
+    assert local_job.pull().results == remote_run.results
+    assert {f["path"] for f in remote_run.manifest["files"]} >= {
+        "checkpoints/ckpt-0000000005.json",
+        "outputs/results.json",
+    }
+
+
+def test_resume_over_ssh_uses_the_same_remote_checkpoints(project: Path, box: Path) -> None:
+    failing = JOB.replace(
+        "    time.sleep(0.2)\n",
+        "    time.sleep(0.2)\n    if step == 3 and not job.is_resume():\n"
+        "        raise RuntimeError('crash')\n",
+    )
+    job = Job(
+        launch(LaunchRequest(program=failing, name="rs", profile="box", host="testbox"), project),
+        project,
+    )
+    assert job.wait(60) == "failed"
+    assert "RuntimeError: crash" in strip_ansi("\n".join(job.traceback() or []))
+    again = job.resume()
+    assert again.spec["ckpt_dir"] == job.spec["ckpt_dir"] and again.spec["resume"]
+    assert again.wait(60) == "finished", again.log()
+    assert again.result()["steps"] == 5
+
+
+def test_watch_reconnects_after_the_connection_drops(project: Path, box: Path) -> None:
+    program = (
+        "import time, rgt_jupyter.job as job\nfor i in range(20):\n    job.progress(i)\n"
+        "    time.sleep(0.1)\njob.save_results({'ok': 1})\n"
+    )
+    job = Job(
+        launch(LaunchRequest(program=program, name="drop", profile="box", host="testbox"), project),
+        project,
+    )
+    assert job.snapshot().state in ("queued", "running")
+    transport = connect("testbox", project)
+    ssh_transport = transport.client().get_transport()
+    assert ssh_transport is not None
+    ssh_transport.sock.close()  # the TCP connection dies under us
+    assert job.wait(60) == "finished"  # the next look reconnects; the job never noticed
+    assert job.result() == {"ok": 1}
+    assert transport.client().get_transport() is not ssh_transport
+
+
+def test_unknown_host_is_refused_before_login(
+    ip: Any, project: Path, box: Path, sshd: Sshd
+) -> None:
+    box.write_text("")
+    logins = sshd.accepted()
+    result, _ = _cell(ip, "%%remote_run --profile box --host testbox --name unk\nprint(1)\n")
+    assert isinstance(result.error_in_exec, UsageError)
+    message = str(result.error_in_exec)
+    assert "host_key_unknown" in message and "SHA256:" in message
+    assert "rgt trust-host testbox" in message
+    assert sshd.accepted() == logins  # nothing past key exchange
+    assert Registry(project).jobs() == []
+
+
+def test_changed_host_key_is_refused_loudly(
+    project: Path, box: Path, sshd: Sshd, tmp_path: Path
+) -> None:
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    pub = (tmp_path / "other_key.pub").read_text().split()
+    box.write_text(f"[127.0.0.1]:{sshd.port} {pub[0]} {pub[1]}\n")
+    logins = sshd.accepted()
+    with pytest.raises(SSHError) as info:
+        launch(
+            LaunchRequest(program="print(1)\n", name="chg", profile="box", host="testbox"), project
+        )
+    assert info.value.kind == "host_key_mismatch"
+    assert "HAS CHANGED" in str(info.value) and "Nothing was sent" in str(info.value)
+    assert sshd.accepted() == logins
+    assert Registry(project).jobs() == []
+
+
+def _trust(project: Path, answer: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rgt_jupyter", "trust-host", "testbox"],
+        input=answer,
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env=dict(os.environ),
+        timeout=60,
+        check=False,
+    )
+
+
+def test_trust_host_asks_records_and_then_works(project: Path, box: Path, sshd: Sshd) -> None:
+    box.write_text("")
+    refused = _trust(project, "no\n")
+    assert refused.returncode == 2 and "SHA256:" in refused.stdout
+    assert not (project / ".rgt" / "known_hosts").exists()
+    accepted = _trust(project, "yes\n")
+    assert accepted.returncode == 0, accepted.stderr
+    assert "trusted testbox" in accepted.stdout
+    record = (project / ".rgt" / "trusted_hosts.jsonl").read_text()
+    assert '"trusted_by"' in record and '"fingerprint": "SHA256:' in record
+    assert sshd.host_pub.split()[1] in (project / ".rgt" / "known_hosts").read_text()
+    assert "already trusted" in _trust(project, "").stdout
+    job = Job(
+        launch(
+            LaunchRequest(program="print('over ssh')\n", name="tr", profile="box", host="testbox"),
+            project,
+        ),
+        project,
+    )
+    assert job.wait(60) == "finished" and "over ssh" in job.log()
+
+
+def test_proxyjump_and_error_classes(
+    project: Path, box: Path, sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = connect("jumpbox", project).exec(["echo", "via jump; $(not run)"])
+    assert out.returncode == 0 and out.stdout == b"via jump; $(not run)\n"
+    config = Path(os.environ["RGT_SSH_CONFIG"])
+    wrong = tmp_path / "wrong_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)], check=True)
+    config.write_text(
+        config.read_text()
+        + f"\nHost badkey\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
+        f"  IdentityFile {wrong}\n  UserKnownHostsFile {box}\n"
+        "\nHost closed\n  HostName 127.0.0.1\n  Port 1\n"
+    )
+    with pytest.raises(SSHError) as info:
+        connect("badkey", project).exec(["true"])
+    assert info.value.kind == "auth_failed" and "authorized_keys" in str(info.value)
+    with pytest.raises(SSHError) as info:
+        connect("closed", project).exec(["true"])
+    assert info.value.kind == "connection_refused"
+
+
+def test_ssh_profile_needs_a_host(ip: Any, project: Path) -> None:
+    result, _ = _cell(ip, "%%remote_run --profile ssh --no-smoke --name nohost\nprint(1)\n")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "--host ALIAS" in str(result.error_in_exec)
