@@ -344,7 +344,8 @@ class Supervisor:
         )
         self.status(state="running")
         self.heartbeat()
-        threading.Thread(target=self.record_env, daemon=True).start()
+        env_thread = threading.Thread(target=self.record_env, daemon=True)
+        env_thread.start()
         interval = float(self.spec.get("heartbeat_s", 1.0))
         next_beat = time.monotonic() + interval
         while True:
@@ -363,6 +364,7 @@ class Supervisor:
                 next_beat = now + interval
             time.sleep(min(0.05, interval))
         log.close()
+        env_thread.join(60)  # provenance of a short job must not be lost to its quick end
         state = self.final_state(rc)
         manifest = build_manifest(
             {"outputs": self.spec["out_dir"], "checkpoints": self.spec["ckpt_dir"]}

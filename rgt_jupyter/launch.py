@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .agent import sha256_file
-from .errors import JobNotFound, SmokeFailed, UsageError
+from .errors import JobNotFound, LaunchError, SmokeFailed, UsageError
 from .launcher import get_launcher
 from .names import check_identifier, check_job_name
 from .profiles import Profile, load_profile
@@ -112,13 +112,10 @@ def _push_entries(paths: list[str]) -> list[tuple[Path, str]]:
     return entries
 
 
-def code_hash(program: str, pushed: list[tuple[Path, str]]) -> str:
-    """sha256 over the program and every pushed file (path and content)."""
-    sha = hashlib.sha256()
-    sha.update(b"program\0" + program.encode() + b"\0")
-    for local, rel in sorted(pushed, key=lambda e: e[1]):
-        sha.update(rel.encode() + b"\0" + sha256_file(str(local))[0].encode() + b"\0")
-    return sha.hexdigest()
+def code_hash(deployed: dict[str, str]) -> str:
+    """sha256 over the program and every pushed file (relative path and content hash)."""
+    code = sorted((k, v) for k, v in deployed.items() if k.startswith("code/"))
+    return hashlib.sha256(json.dumps(code).encode()).hexdigest()
 
 
 def ship(
@@ -127,27 +124,73 @@ def ship(
     req: LaunchRequest,
     pushed: list[tuple[Path, str]],
     inputs: dict[str, bytes],
-) -> dict[str, str]:
-    """Write program, pushed files, inputs, the job API and the agent under ``control``."""
-    code = f"{control}/code"
-    lib = f"{control}/lib"
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Write program, pushed files, inputs, the job API and the agent under ``control``.
+
+    Returns the paths and, for every file sent, its sha256 (``code/...``, ``lib/...``,
+    ``inputs/...``): what the remote must hold for the launch to go ahead.
+    """
+    code, lib, inputs_dir = f"{control}/code", f"{control}/lib", f"{control}/inputs"
+    sent: dict[str, str] = {}
+
+    def write(prefix: str, rel: str, data: bytes, mode: int = 0o644) -> None:
+        transport.write_bytes(f"{control}/{prefix}/{rel}", data, mode=mode)
+        sent[f"{prefix}/{rel}"] = hashlib.sha256(data).hexdigest()
+
+    def put(prefix: str, rel: str, local: Path) -> None:
+        transport.put(local, f"{control}/{prefix}/{rel}")
+        sent[f"{prefix}/{rel}"] = sha256_file(str(local))[0]
+
     transport.makedirs(code)
-    transport.write_bytes(f"{code}/{req.program_name}", req.program.encode())
-    for local, rel in pushed:
-        transport.put(local, f"{code}/{rel}")
-    inputs_dir = f"{control}/inputs"
     transport.makedirs(inputs_dir)
+    write("code", req.program_name, req.program.encode())
+    for local, rel in pushed:
+        put("code", rel, local)
     for fname, data in inputs.items():
-        transport.write_bytes(f"{inputs_dir}/{fname}", data, mode=0o600)
-    transport.write_bytes(f"{lib}/rgt_jupyter/__init__.py", _LIB_INIT.encode())
-    transport.put(_HERE / "job.py", f"{lib}/rgt_jupyter/job.py")
+        write("inputs", fname, data, mode=0o600)
+    write("lib", "rgt_jupyter/__init__.py", _LIB_INIT.encode())
+    put("lib", "rgt_jupyter/job.py", _HERE / "job.py")
     transport.put(_HERE / "agent.py", f"{control}/agent.py")
-    return {
+    paths = {
         "code_dir": code,
         "lib_dir": lib,
         "inputs_dir": inputs_dir,
         "program": f"{code}/{req.program_name}",
     }
+    return paths, sent
+
+
+def verify_deployed(
+    transport: Transport,
+    python: str,
+    control: str,
+    paths: dict[str, str],
+    expected: dict[str, str],
+) -> None:
+    """Hash what is on the remote (one command through the agent) and compare it with what was
+    sent: deployed must equal intended, or nothing is launched."""
+    argv = [
+        python,
+        f"{control}/agent.py",
+        "manifest",
+        f"code={paths['code_dir']}",
+        f"lib={paths['lib_dir']}",
+        f"inputs={paths['inputs_dir']}",
+    ]
+    result = transport.exec(argv, timeout=600)
+    if result.returncode != 0:
+        raise LaunchError(
+            f"could not run the agent with {python!r} on {transport.host} (exit "
+            f"{result.returncode}): {result.stderr.decode(errors='replace')[-1000:]}\n"
+            "The job needs Python 3.8+ there: pass --python PATH (or set `python` in the profile)."
+        )
+    found = {k: v["sha256"] for k, v in json.loads(result.stdout)["files"].items()}
+    bad = sorted(k for k, sha in expected.items() if found.get(k) != sha)
+    if bad:
+        raise LaunchError(
+            f"NOT DEPLOYED: {len(bad)} file(s) on {transport.host} differ from what was sent "
+            f"({', '.join(bad[:5])}); nothing was launched. Launch again to re-send them."
+        )
 
 
 def run_smoke(
@@ -163,7 +206,7 @@ def run_smoke(
     from .transport.local import LocalTransport
 
     with tempfile.TemporaryDirectory(prefix="rgt-smoke-") as tmp:
-        paths = ship(LocalTransport(), tmp, req, pushed, inputs)
+        paths, _ = ship(LocalTransport(), tmp, req, pushed, inputs)
         run_env = dict(os.environ)
         run_env.update(env)
         run_env.update(
@@ -272,13 +315,14 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     durable = f"{profile.expand(profile.durable_dir, project, home)}/{name}/{lineage}"
     python = req.python or profile.interpreter()
     if reuse is None:
-        hash_ = code_hash(req.program, pushed)
-        paths = ship(transport, control, req, pushed, inputs)
+        paths, deployed = ship(transport, control, req, pushed, inputs)
         pushed_names, input_names = [rel for _, rel in pushed], sorted(req.inputs)
     else:
-        hash_, pushed_names, input_names = reuse["code_hash"], reuse["pushed"], reuse["inputs"]
+        deployed, pushed_names, input_names = reuse["deployed"], reuse["pushed"], reuse["inputs"]
         paths = {k: reuse[k] for k in ("code_dir", "lib_dir", "inputs_dir", "program")}
         transport.put(_HERE / "agent.py", f"{control}/agent.py")
+    verify_deployed(transport, python, control, paths, deployed)
+    hash_ = code_hash(deployed)
     spec: dict[str, Any] = {
         "job_id": job_id,
         "name": name,
@@ -302,6 +346,7 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         "line_offset": req.line_offset,
         "label": req.label,
         "code_hash": hash_,
+        "deployed": deployed,
         "pushed": pushed_names,
         "inputs": input_names,
         "smoke": smoke,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 import subprocess
@@ -167,3 +168,36 @@ def test_profiles(project: Path, tmp_path: Path) -> None:
         .replace("smoke_default = false", "smoke_default = true")
     )
     assert load_profile("mine", project).smoke_default
+
+
+def test_deployed_must_equal_intended(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pushed file that lands different from what was sent blocks the launch."""
+    from rgt_jupyter.errors import LaunchError
+    from rgt_jupyter.registry import Registry
+    from rgt_jupyter.transport.local import LocalTransport
+
+    data = project / "weights.bin"
+    data.write_bytes(b"\x00" * 4096)
+    real_put = LocalTransport.put
+
+    def torn_put(self: LocalTransport, local: Path, remote: str) -> None:
+        real_put(self, local, remote)
+        if remote.endswith("weights.bin"):
+            with open(remote, "r+b") as fh:  # the copy arrives short: an interrupted push
+                fh.truncate(1000)
+
+    monkeypatch.setattr(LocalTransport, "put", torn_put)
+    with pytest.raises(LaunchError, match="NOT DEPLOYED.*code/weights.bin"):
+        launch(LaunchRequest(program="print(1)\n", name="torn", push=[str(data)]), project)
+    assert Registry(project).jobs() == []
+    monkeypatch.setattr(LocalTransport, "put", real_put)
+    job = Job(
+        launch(LaunchRequest(program="print(1)\n", name="torn", push=[str(data)]), project), project
+    )
+    assert job.wait(60) == "finished"
+    assert job.spec["deployed"]["code/weights.bin"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert set(job.spec["deployed"]) >= {
+        "code/rgt_cell.py",
+        "code/weights.bin",
+        "lib/rgt_jupyter/job.py",
+    }
