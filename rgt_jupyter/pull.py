@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import PullError
+from .errors import PullError, TransportError
 from .fsutil import atomic_write_bytes, fsync_dir
 from .project import runs_dir
 from .provenance import build_run_json
@@ -64,9 +63,9 @@ def remote_listing(transport: Transport, spec: dict[str, Any]) -> dict[str, Any]
 
 def check_space(dest_root: Path, nbytes: int, nfiles: int) -> None:
     """Refuse up front when the files cannot fit (bytes or inodes) where the run will land."""
-    dest_root.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(dest_root).free
-    st = os.statvfs(dest_root)
+    existing = next(p for p in (dest_root, *dest_root.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    st = os.statvfs(existing)
     margin = 1 << 20
     if nbytes + margin > free:
         raise PullError(
@@ -78,23 +77,6 @@ def check_space(dest_root: Path, nbytes: int, nfiles: int) -> None:
             f"not enough inodes in {dest_root}: the pull needs {nfiles + 16} files, "
             f"{st.f_favail} inodes are free. Pull elsewhere with --to DIR."
         )
-
-
-def _copy_verified(transport: Transport, src: str, part: Path) -> tuple[str, int]:
-    sha = hashlib.sha256()
-    size = 0
-    part.parent.mkdir(parents=True, exist_ok=True)
-    with transport.open_read(src) as fin, open(part, "wb") as fout:
-        while True:
-            chunk = fin.read(1 << 20)
-            if not chunk:
-                break
-            sha.update(chunk)
-            size += len(chunk)
-            fout.write(chunk)
-        fout.flush()
-        os.fsync(fout.fileno())
-    return sha.hexdigest(), size
 
 
 def load_checkpoints(paths: list[Path], timeout: float) -> dict[str, dict[str, Any]]:
@@ -149,6 +131,160 @@ def _claim_run_dir(root: Path, job_id: str) -> tuple[str, Path]:
         return path.name, path
 
 
+def validate_listing(files: dict[str, dict[str, Any]], refused: list[str]) -> None:
+    """Reject a remote listing whole, before any write: unsafe or unholdable names, duplicates
+    after normalisation, symlinks, sizes that are not plain non-negative integers."""
+    problems = [f"{rel!r}: a symlink or special file" for rel in refused]
+    seen: set[str] = set()
+    for rel, entry in files.items():
+        try:
+            safe_relpath(rel)
+        except PullError as exc:
+            problems.append(str(exc))
+            continue
+        if any(len(part.encode()) > 255 for part in rel.split("/")):
+            problems.append(f"{rel!r}: a name longer than this filesystem can hold")
+        key = rel.rstrip("/")
+        if key in seen:
+            problems.append(f"{rel!r}: listed twice")
+        seen.add(key)
+        size, sha = entry.get("size"), entry.get("sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            problems.append(f"{rel!r}: size {size!r} is not a byte count")
+        if not isinstance(sha, str) or len(sha) != 64:
+            problems.append(f"{rel!r}: no sha256")
+    names = set(files)
+    for rel in files:  # a file may not also be a folder of another entry
+        parts = rel.split("/")
+        if any("/".join(parts[:k]) in names for k in range(1, len(parts))):
+            problems.append(f"{rel!r}: lies under another listed file")
+    if problems:
+        raise PullError(
+            "the remote listing was rejected, nothing was written: " + "; ".join(problems[:10])
+        )
+
+
+def _fetch(transport: Transport, src: str, dest: Path, size: int) -> tuple[str, int, int]:
+    """Bring ``src`` to ``dest.part``, resuming from a part an interrupted pull left behind.
+
+    Returns (sha256, size, bytes sent over the transport now). The part's bytes are re-hashed
+    before they are trusted; a part longer than the source is discarded.
+    """
+    part = dest.with_name(dest.name + ".part")
+    part.parent.mkdir(parents=True, exist_ok=True)
+    sha = hashlib.sha256()
+    have = 0
+    if part.exists() and part.stat().st_size <= size:
+        with open(part, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                sha.update(chunk)
+                have += len(chunk)
+    sent = 0
+    with transport.open_read(src, offset=have) as fin, open(part, "ab" if have else "wb") as out:
+        while True:
+            chunk = fin.read(1 << 20)
+            if not chunk:
+                break
+            sha.update(chunk)
+            sent += len(chunk)
+            out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    return sha.hexdigest(), have + sent, sent
+
+
+def _judge(
+    rel: str,
+    got: str,
+    size: int,
+    entry: dict[str, Any],
+    end_manifest: dict[str, Any] | None,
+    recorded: str | None,
+) -> tuple[str | None, str]:
+    """Why the bytes that arrived cannot be trusted (None when they can), and what was expected."""
+    if got != entry["sha256"] or size != int(entry["size"]):
+        return "changed at the source during the pull (still being written?)", entry["sha256"]
+    if end_manifest is not None and rel not in end_manifest:
+        return "not in the end-of-job manifest: appeared after the job ended", entry["sha256"]
+    if end_manifest is not None and end_manifest[rel]["sha256"] != got:
+        return (
+            "altered or truncated at the source after the job wrote it "
+            f"({end_manifest[rel]['size']} bytes written, {size} now)",
+            end_manifest[rel]["sha256"],
+        )
+    if recorded is not None and recorded != got:
+        return "does not match the sha256 recorded when it was saved", recorded
+    return None, got
+
+
+def _sha_local(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def transfer(
+    transport: Transport,
+    spec: dict[str, Any],
+    files: dict[str, dict[str, Any]],
+    end_manifest: dict[str, Any] | None,
+    partial: Path,
+    on_progress: ProgressFn | None,
+) -> dict[str, Any]:
+    """Land every listed file in ``partial``; files already verified there are kept, parts are
+    resumed. Returns landed files, mismatches and the bytes sent now."""
+    landed: list[dict[str, Any]] = []
+    mismatches: list[dict[str, Any]] = []
+    total = sum(int(f["size"]) for f in files.values())
+    done = sent_now = 0
+    for rel in sorted(files):
+        entry = files[rel]
+        prefix, _, sub = rel.partition("/")
+        src = f"{spec['out_dir'] if prefix == 'outputs' else spec['ckpt_dir']}/{sub}"
+        dest = partial / safe_relpath(rel)
+        if (
+            dest.exists()
+            and _sha_local(dest) == entry["sha256"]
+            and (end_manifest is None or end_manifest.get(rel, {}).get("sha256") == entry["sha256"])
+        ):
+            got, size = entry["sha256"], int(entry["size"])  # verified by an earlier attempt
+        else:
+            try:
+                got, size, sent = _fetch(transport, src, dest, int(entry["size"]))
+            except FileNotFoundError:
+                mismatches.append({"path": rel, "reason": "vanished at the source during the pull"})
+                continue
+            sent_now += sent
+            reason, expected = _judge(
+                rel, got, size, entry, end_manifest, _sidecar_sha(transport, spec, rel)
+            )
+            part = dest.with_name(dest.name + ".part")
+            if reason is not None:
+                mismatches.append(
+                    {
+                        "path": rel,
+                        "reason": reason,
+                        "expected": expected,
+                        "got": got,
+                        "kept_as": str(part.relative_to(partial)),
+                    }
+                )
+                continue
+            os.replace(part, dest)
+        done += size
+        if on_progress is not None:
+            on_progress(done, total, rel)
+        landed.append({"path": rel, "size": size, "sha256": got})
+    if end_manifest is not None:
+        for rel in sorted(set(end_manifest) - set(files)):
+            mismatches.append(
+                {"path": rel, "reason": "written by the job but missing at the source"}
+            )
+    return {"landed": landed, "mismatches": mismatches, "bytes_sent": sent_now}
+
+
 def pull(
     row: dict[str, Any],
     project: Path,
@@ -171,71 +307,30 @@ def pull(
     end_manifest = json.loads(end_text)["files"] if end_text else None
     listing = remote_listing(transport, spec)
     files: dict[str, dict[str, Any]] = listing["files"]
+    validate_listing(files, listing.get("refused", []))
     if not files:
         raise PullError(
             f"job {spec['job_id']} wrote nothing to $RGT_OUT or its checkpoint dir: "
             "there is nothing to pull"
         )
-    for rel in files:
-        safe_relpath(rel)
     root = (to if to is not None else runs_dir(project)).resolve()
+    # One partial folder per job, beside the runs: an interrupted pull resumes from it.
+    partial = root / f".partial-{spec['job_id']}"
+    already = (
+        sum(p.stat().st_size for p in partial.rglob("*") if p.is_file()) if partial.exists() else 0
+    )
     total = sum(int(f["size"]) for f in files.values())
-    check_space(root, total, len(files))
-
-    run_id, final = _claim_run_dir(root, spec["job_id"])
-    partial = root / f".partial-{run_id}-{secrets.token_hex(3)}"
-    partial.mkdir(parents=True)
-    mismatches: list[dict[str, Any]] = []
-    landed: list[dict[str, Any]] = []
-    done = 0
-    for rel in sorted(files):
-        entry = files[rel]
-        prefix, _, sub = rel.partition("/")
-        src = f"{spec['out_dir'] if prefix == 'outputs' else spec['ckpt_dir']}/{sub}"
-        dest = partial / safe_relpath(rel)
-        part = dest.with_name(dest.name + ".part")
-        try:
-            got, size = _copy_verified(transport, src, part)
-        except FileNotFoundError:
-            mismatches.append({"path": rel, "reason": "vanished at the source during the pull"})
-            continue
-        done += size
-        if on_progress is not None:
-            on_progress(done, total, rel)
-        reason = None
-        expected = entry["sha256"]
-        if got != entry["sha256"] or size != int(entry["size"]):
-            reason = "changed at the source during the pull (still being written?)"
-        elif end_manifest is not None and rel not in end_manifest:
-            reason = "not in the end-of-job manifest: appeared after the job ended"
-        elif end_manifest is not None and end_manifest[rel]["sha256"] != got:
-            expected = end_manifest[rel]["sha256"]
-            reason = (
-                "altered or truncated at the source after the job wrote it "
-                f"({end_manifest[rel]['size']} bytes written, {size} now)"
-            )
-        else:
-            recorded = _sidecar_sha(transport, spec, rel)
-            if recorded is not None and recorded != got:
-                expected, reason = recorded, "does not match the sha256 recorded when it was saved"
-        if reason is not None:
-            mismatches.append(
-                {
-                    "path": rel,
-                    "reason": reason,
-                    "expected": expected,
-                    "got": got,
-                    "kept_as": str(part.relative_to(partial)),
-                }
-            )
-            continue
-        os.replace(part, dest)
-        landed.append({"path": rel, "size": size, "sha256": got})
-    if end_manifest is not None:
-        for rel in sorted(set(end_manifest) - set(files)):
-            mismatches.append(
-                {"path": rel, "reason": "written by the job but missing at the source"}
-            )
+    check_space(root, max(0, total - already), len(files))
+    partial.mkdir(parents=True, exist_ok=True)
+    try:
+        moved = transfer(transport, spec, files, end_manifest, partial, on_progress)
+    except TransportError as exc:
+        kept = sum(p.stat().st_size for p in partial.rglob("*") if p.is_file())
+        raise PullError(
+            f"the pull of {spec['job_id']} was interrupted ({exc}); {kept} of {total} bytes are "
+            "kept and hashed again before they are trusted. Pull again to resume."
+        ) from exc
+    landed, mismatches = moved["landed"], moved["mismatches"]
 
     ckpts = [
         partial / e["path"]
@@ -275,7 +370,10 @@ def pull(
         ),
         "mismatches": mismatches,
         "checkpoint_loads": load_report,
+        "bytes_sent": moved["bytes_sent"],
+        "bytes_total": total,
     }
+    run_id, final = _claim_run_dir(root, spec["job_id"])
     _write_json(
         partial / "manifest.json",
         {

@@ -159,3 +159,52 @@ def test_lost_job_pull_discloses_missing_end_manifest(project: Path) -> None:
     assert run.verified
     assert "without an end-of-job manifest" in run.verification["reference"]
     assert json.loads((run.path / "results.json").read_text()) == {"a": 1}
+
+
+HOSTILE_AGENT = """\
+import json, sys
+if sys.argv[1] == "manifest":
+    print(json.dumps({"files": FILES, "refused": []}))
+"""
+GOOD = {"size": 3, "sha256": "a" * 64}
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"outputs/../../x": GOOD},
+        {"/etc/x": GOOD},
+        {"outputs//results.json": GOOD, "outputs/results.json": GOOD},
+        {"outputs/a": GOOD, "outputs/a/b": GOOD},
+        {"outputs/" + "n" * 300: GOOD},
+        {"outputs/huge.bin": {"size": 10 * 2**40, "sha256": "b" * 64}},
+        {"outputs/neg": {"size": -1, "sha256": "c" * 64}},
+    ],
+    ids=["dotdot", "absolute", "duplicate", "file-under-file", "long-name", "10TB", "negative"],
+)
+def test_hostile_listing_is_rejected_before_any_write(
+    project: Path, files: dict[str, dict[str, object]]
+) -> None:
+    """The machine the job ran on is not trusted: its agent is replaced by one that lies."""
+    job = _finished(project, "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n", "h")
+    sentinel = project / "x"
+    sentinel.write_text("untouched")
+    control = Path(job.spec["control_dir"])
+    (control / "agent.py").write_text(HOSTILE_AGENT.replace("FILES", json.dumps(files)))
+    with pytest.raises(PullError, match="rejected|not enough space"):
+        job.pull()
+    assert sentinel.read_text() == "untouched"
+    assert not (project / "runs").exists()
+    assert not Path("/etc/x").exists()
+
+
+def test_symlink_in_outputs_rejects_the_listing(project: Path) -> None:
+    program = (
+        "import os, rgt_jupyter.job as job\n"
+        "os.symlink(os.path.expanduser('~/.ssh'), os.path.join(os.environ['RGT_OUT'], 'keys'))\n"
+        "job.save_results({'a': 1})\n"
+    )
+    job = _finished(project, program, "sym")
+    with pytest.raises(PullError, match="symlink"):
+        job.pull()
+    assert not (project / "runs").exists()

@@ -14,6 +14,7 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 from rgt_jupyter.api import Job
+from rgt_jupyter.errors import PullError
 from rgt_jupyter.launch import LaunchRequest, launch
 from rgt_jupyter.registry import Registry
 from rgt_jupyter.render import strip_ansi
@@ -225,3 +226,54 @@ def test_ssh_profile_needs_a_host(ip: Any, project: Path) -> None:
     result, _ = _cell(ip, "%%remote_run --profile ssh --no-smoke --name nohost\nprint(1)\n")
     assert isinstance(result.error_in_exec, UsageError)
     assert "--host ALIAS" in str(result.error_in_exec)
+
+
+BIG = """\
+import os, rgt_jupyter.job as job
+rng = __import__("random").Random(3)
+with open(os.path.join(os.environ["RGT_OUT"], "big.bin"), "wb") as fh:
+    for _ in range(64):
+        fh.write(rng.randbytes(1 << 20))
+job.save_results({"ok": True})
+"""
+
+
+def test_pull_cut_at_10_50_99_percent_resumes(project: Path, box: Path, sshd: Sshd) -> None:
+    """The connection is cut for real (a proxy drops it) during the pull; the next pull resumes
+    from what already landed and ends with every hash matching."""
+    from .faultproxy import FaultProxy
+
+    config = Path(os.environ["RGT_SSH_CONFIG"])
+    with FaultProxy(sshd.port) as proxy:
+        box.write_text(box.read_text() + f"[127.0.0.1]:{proxy.port} {sshd.host_pub}\n")
+        config.write_text(
+            config.read_text()
+            + f"\nHost cutbox\n  HostName 127.0.0.1\n  Port {proxy.port}\n  User root\n"
+            f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {box}\n"
+        )
+        job = Job(
+            launch(LaunchRequest(program=BIG, name="big", profile="box", host="cutbox"), project),
+            project,
+        )
+        assert job.wait(120) == "finished", job.log()
+        total = 64 << 20
+        for fraction in (0.10, 0.50, 0.99):
+            proxy.arm(int(total * fraction))
+            with pytest.raises(PullError, match="interrupted"):
+                job.pull()
+            proxy.disarm()
+            partial = project / "runs" / f".partial-{job.id}"
+            landed = sum(p.stat().st_size for p in partial.rglob("*") if p.is_file())
+            assert 0 < landed < total
+            wire_before = proxy.bytes_down
+            run = job.pull()
+            assert run.verified, run.text()
+            sent = run.verification["bytes_sent"]
+            # Only what had not landed is sent again (nothing of what landed is re-sent) ...
+            resent = sent - (total - landed)
+            assert resent <= max(8 << 20, landed // 100), (fraction, landed, sent)
+            # ... and the wire agrees, SSH framing and the listing included.
+            assert proxy.bytes_down - wire_before <= (total - landed) * 1.05 + (8 << 20)
+            assert not partial.exists()
+        assert proxy.cuts == 3
+        assert len(job.runs()) == 3

@@ -69,8 +69,8 @@ class Transport(abc.ABC):
         """Copy a local file to ``remote`` atomically, creating parent dirs."""
 
     @abc.abstractmethod
-    def open_read(self, path: str) -> BinaryIO:
-        """Open a remote file for streaming reads."""
+    def open_read(self, path: str, offset: int = 0) -> BinaryIO:
+        """Open a remote file for streaming reads from ``offset``."""
 
     @abc.abstractmethod
     def stat(self, path: str) -> FileStat | None:

@@ -55,8 +55,10 @@ class LocalTransport(Transport):
                 os.unlink(tmp)
         fsync_dir(directory)
 
-    def open_read(self, path: str) -> BinaryIO:
-        return open(path, "rb")
+    def open_read(self, path: str, offset: int = 0) -> BinaryIO:
+        fh = open(path, "rb")  # noqa: SIM115 - the caller closes it
+        fh.seek(offset)
+        return fh
 
     def stat(self, path: str) -> FileStat | None:
         try:

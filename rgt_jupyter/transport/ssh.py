@@ -365,7 +365,7 @@ class SSHTransport(Transport):
         self.makedirs(os.path.dirname(remote))
         self._retry(op)
 
-    def open_read(self, path: str) -> BinaryIO:
+    def open_read(self, path: str, offset: int = 0) -> BinaryIO:
         # A session of its own, so a long transfer never waits on (or blocks) the watcher.
         try:
             sftp = self.client().open_sftp()
@@ -376,7 +376,10 @@ class SSHTransport(Transport):
         except BaseException:
             sftp.close()
             raise
-        fh.prefetch(fh.stat().st_size)
+        size = fh.stat().st_size or 0
+        fh.seek(offset)
+        if size > offset:
+            fh.prefetch(size)  # queues reads from the current position to the end
         return cast(BinaryIO, _StreamFile(fh, sftp))
 
     def stat(self, path: str) -> FileStat | None:
@@ -429,13 +432,19 @@ class _StreamFile:
         self._sftp = sftp
 
     def read(self, n: int = -1) -> bytes:
-        return bytes(self._fh.read(None if n < 0 else n))
+        try:
+            return bytes(self._fh.read(None if n < 0 else n))
+        except (EOFError, paramiko.SSHException, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno is not None:
+                raise
+            raise SSHError("transport_unavailable", f"the transfer broke off: {exc}") from exc
 
     def close(self) -> None:
-        try:
-            self._fh.close()
-        finally:
-            self._sftp.close()
+        for closer in (self._fh.close, self._sftp.close):
+            try:
+                closer()
+            except (EOFError, paramiko.SSHException, OSError):
+                continue  # the connection is already gone: nothing left to close
 
     def __enter__(self) -> _StreamFile:
         return self
