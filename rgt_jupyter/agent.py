@@ -6,6 +6,7 @@ Subcommands::
     agent.py run CONTROL_DIR        supervise the job described by CONTROL_DIR/launch.json
     agent.py cell PROGRAM           run PROGRAM as __main__ (the job process itself)
     agent.py manifest NAME=DIR...   print a JSON manifest (path, size, sha256) of the given dirs
+    agent.py secrets PATH           store the JSON object read from stdin in PATH, mode 0600
     agent.py env                    print a JSON description of this interpreter and machine
 
 ``run`` writes, in CONTROL_DIR: ``status.json`` (who and where), ``heartbeat.json`` (a counter, wall
@@ -297,6 +298,8 @@ class Supervisor:
 
     def job_env(self) -> dict[str, str]:
         env = dict(os.environ)
+        for name in self.spec.get("secret_names", []):
+            env.pop(name, None)  # secrets reach the job only through its 0600 file
         env.update(self.spec.get("env", {}))
         lib = self.spec["lib_dir"]
         env["PYTHONPATH"] = lib + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -306,6 +309,7 @@ class Supervisor:
         env["RGT_CKPT_DIR"] = self.spec["ckpt_dir"]
         env["RGT_CONTROL_DIR"] = self.control
         env["RGT_INPUTS_DIR"] = self.spec.get("inputs_dir") or ""
+        env["RGT_SECRETS_FILE"] = self.path("secrets.json")  # a path; the values stay in the file
         env.pop("RGT_SMOKE", None)
         if self.spec.get("resume"):
             env["RGT_RESUME"] = "1"
@@ -365,6 +369,8 @@ class Supervisor:
             time.sleep(min(0.05, interval))
         log.close()
         env_thread.join(60)  # provenance of a short job must not be lost to its quick end
+        if os.path.exists(self.path("secrets.json")):
+            os.unlink(self.path("secrets.json"))  # a relaunch sends them again
         state = self.final_state(rc)
         manifest = build_manifest(
             {"outputs": self.spec["out_dir"], "checkpoints": self.spec["ckpt_dir"]}
@@ -391,6 +397,24 @@ class Supervisor:
             write_json_atomic(self.path("env.json"), describe_env())
         except Exception as exc:  # noqa: BLE001 - provenance is best effort, and says so
             write_json_atomic(self.path("env.json"), {"error": repr(exc)})
+
+
+def store_secrets(path: str) -> int:
+    """Write the secrets read from stdin to ``path`` (0600 from creation, atomic rename).
+
+    Secrets arrive on stdin so they never show in a command line, an environment or a log.
+    """
+    data = sys.stdin.buffer.read()
+    json.loads(data.decode())  # refuse anything that is not the JSON object rgt sends
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, ".secrets.tmp-%d" % os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return 0
 
 
 def spawn(control: str) -> int:
@@ -443,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
         roots = dict(item.split("=", 1) for item in rest)
         sys.stdout.write(json.dumps(build_manifest(roots)))
         return 0
+    if cmd == "secrets" and len(rest) == 1:
+        return store_secrets(rest[0])
     if cmd == "env":
         sys.stdout.write(json.dumps(describe_env()))
         return 0

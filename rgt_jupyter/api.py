@@ -174,6 +174,7 @@ class Job:
             env=dict(spec.get("env", {})),
             smoke=False,
             host=spec.get("host_alias"),
+            secrets=list(spec.get("secret_names", [])),
             python=spec["python"],
             fresh=fresh,
             grace_s=spec.get("grace_s"),

@@ -40,6 +40,17 @@ RUN_ARGS: list[Spec] = [
         },
     ),
     (
+        ("--secret",),
+        {
+            "action": "append",
+            "default": [],
+            "metavar": "NAME",
+            "help": "pass the environment variable NAME of this kernel to the job as a secret "
+            "(job.secret(NAME)): sent over stdin into a 0600 file, never on a command line, in "
+            "an environment or a log (repeatable)",
+        },
+    ),
+    (
         ("--smoke",),
         {
             "action": argparse.BooleanOptionalAction,

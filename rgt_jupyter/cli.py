@@ -111,6 +111,7 @@ def _cmd_run(args: argparse.Namespace, project: Path) -> int:
         python=args.python,
         fresh=args.fresh,
         grace_s=args.grace,
+        secrets=args.secret,
     )
     job = Job(launch(req, project), project)
     print(f"launched {job.id} (profile {job.profile}); follow it with: rgt watch {job.name}")

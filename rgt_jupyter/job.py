@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 __all__ = [
     "progress",
@@ -41,6 +41,7 @@ __all__ = [
     "seed_everything",
     "out_dir",
     "ckpt_dir",
+    "secret",
 ]
 
 _CKPT_RE = re.compile(r"^ckpt-(\d{10})\.(pt|json)$")
@@ -68,6 +69,21 @@ def ckpt_dir() -> str:
 
 def _control_dir() -> str | None:
     return os.environ.get("RGT_CONTROL_DIR") or None
+
+
+def secret(name: str) -> str:
+    """A secret passed with ``--secret NAME``: read from a 0600 file, never from the
+    environment or the command line (so it does not leak into ``ps``, logs or child processes)."""
+    path = os.environ.get("RGT_SECRETS_FILE")
+    values: Dict[str, str] = {}
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            values = json.load(fh)
+    if name not in values:
+        raise KeyError(
+            "secret %r was not passed to this job: launch it with --secret %s" % (name, name)
+        )
+    return values[name]
 
 
 def is_smoke() -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 from .agent import sha256_file
 from .errors import JobNotFound, LaunchError, SmokeFailed, UsageError
 from .launcher import get_launcher
-from .names import check_identifier, check_job_name
+from .names import check_env_key, check_identifier, check_job_name
 from .profiles import Profile, load_profile
 from .registry import Registry
 from .render import traceback_lines
@@ -52,6 +52,7 @@ class LaunchRequest:
     python: str | None = None
     fresh: bool = False
     grace_s: float | None = None
+    secrets: list[str] = field(default_factory=list)
     #: Resume with another job's program, pushed files and inputs, byte-identical (its spec).
     reuse_code_of: dict[str, Any] | None = None
 
@@ -193,11 +194,39 @@ def verify_deployed(
         )
 
 
+def read_secrets(names: list[str]) -> dict[str, str]:
+    """The values of ``--secret NAME``: environment variables of this process."""
+    values: dict[str, str] = {}
+    for name in names:
+        check_env_key(name)
+        if name not in os.environ:
+            raise UsageError(
+                f"--secret {name}: there is no environment variable {name} in this kernel; set "
+                f"it first (e.g. os.environ[{name!r}] = getpass.getpass())"
+            )
+        values[name] = os.environ[name]
+    return values
+
+
+def send_secrets(transport: Transport, python: str, control: str, values: dict[str, str]) -> None:
+    """Store secrets in ``<control>/secrets.json`` (0600) through the agent's stdin."""
+    if not values:
+        return
+    argv = [python, f"{control}/agent.py", "secrets", f"{control}/secrets.json"]
+    result = transport.exec(argv, stdin=json.dumps(values).encode(), timeout=60)
+    if result.returncode != 0:
+        raise LaunchError(
+            f"could not store the secrets on {transport.host} (exit "
+            f"{result.returncode}); nothing was launched"
+        )
+
+
 def run_smoke(
     req: LaunchRequest,
     pushed: list[tuple[Path, str]],
     inputs: dict[str, bytes],
     env: dict[str, str],
+    secrets: dict[str, str],
 ) -> None:
     """Run the program on this machine with ``RGT_SMOKE=1`` under a time budget.
 
@@ -207,8 +236,12 @@ def run_smoke(
 
     with tempfile.TemporaryDirectory(prefix="rgt-smoke-") as tmp:
         paths, _ = ship(LocalTransport(), tmp, req, pushed, inputs)
+        send_secrets(LocalTransport(), sys.executable, tmp, secrets)
         run_env = dict(os.environ)
         run_env.update(env)
+        for name in secrets:
+            run_env.pop(name, None)
+        run_env["RGT_SECRETS_FILE"] = f"{tmp}/secrets.json"
         run_env.update(
             {
                 "RGT_SMOKE": "1",
@@ -283,6 +316,7 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     reuse = req.reuse_code_of
     pushed = _push_entries(req.push) if reuse is None else []
     inputs = _serialize_inputs(req.inputs) if reuse is None else {}
+    secret_values = read_secrets(req.secrets)
     registry = Registry(project)
     transport = get_transport(profile.transport, host_alias, project)
 
@@ -304,7 +338,7 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
 
     smoke = profile.smoke_default if req.smoke is None else req.smoke
     if smoke:
-        run_smoke(req, pushed, inputs, env)
+        run_smoke(req, pushed, inputs, env, secret_values)
 
     project_str = str(project)
     lineage = previous["lineage"] if resume and previous else f"{_stamp()}-{secrets.token_hex(3)}"
@@ -322,6 +356,7 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         paths = {k: reuse[k] for k in ("code_dir", "lib_dir", "inputs_dir", "program")}
         transport.put(_HERE / "agent.py", f"{control}/agent.py")
     verify_deployed(transport, python, control, paths, deployed)
+    send_secrets(transport, python, control, secret_values)
     hash_ = code_hash(deployed)
     spec: dict[str, Any] = {
         "job_id": job_id,
@@ -347,6 +382,7 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         "label": req.label,
         "code_hash": hash_,
         "deployed": deployed,
+        "secret_names": sorted(secret_values),
         "pushed": pushed_names,
         "inputs": input_names,
         "smoke": smoke,

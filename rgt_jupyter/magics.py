@@ -108,6 +108,7 @@ class RgtMagics(Magics):
                 python=args.python,
                 fresh=args.fresh,
                 grace_s=args.grace,
+                secrets=args.secret,
             )
             project = project_dir()
             job = Job(launch(req, project), project)

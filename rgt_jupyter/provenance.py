@@ -65,6 +65,7 @@ def build_run_json(
         "pushed": spec.get("pushed", []),
         "inputs": spec.get("inputs", []),
         "env_keys": sorted(spec.get("env", {})),
+        "secret_names": spec.get("secret_names", []),
         "config": config,
         "seed": (config or {}).get("seed"),
         "git": git_state(Path(spec["project"])),

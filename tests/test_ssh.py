@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -277,3 +278,68 @@ def test_pull_cut_at_10_50_99_percent_resumes(project: Path, box: Path, sshd: Ss
             assert not partial.exists()
         assert proxy.cuts == 3
         assert len(job.runs()) == 3
+
+
+@pytest.mark.parametrize("where", ["box", "local"])
+def test_secret_never_leaks(
+    ip: Any, project: Path, box: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A --secret reaches the job through a 0600 file only: never in ps, an environment, a log,
+    run.json, the registry or the notebook's output."""
+    import secrets as pysecrets
+    import threading
+    import time
+
+    value = "s3cr3t-" + pysecrets.token_hex(12)
+    monkeypatch.setenv("TEST_TOKEN", value)
+    snapshots: list[str] = []
+    stop = threading.Event()
+
+    def watch_ps() -> None:
+        while not stop.is_set():
+            ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=False)
+            snapshots.append(ps.stdout)
+            time.sleep(0.002)
+
+    body = (
+        "import hashlib, os, stat, rgt_jupyter.job as job\n"
+        "v = job.secret('TEST_TOKEN')\n"
+        "mode = stat.S_IMODE(os.stat(os.environ['RGT_SECRETS_FILE']).st_mode)\n"
+        "environ = open('/proc/self/environ', 'rb').read().decode(errors='replace')\n"
+        "print('using the token')\n"
+        "job.save_results({'sha': hashlib.sha256(v.encode()).hexdigest(), 'mode': mode,\n"
+        "                  'env_clean': v not in environ and 'TEST_TOKEN' not in environ})\n"
+    )
+    target = "--profile box --host testbox" if where == "box" else "--profile local"
+    watcher = threading.Thread(target=watch_ps)
+    watcher.start()
+    try:
+        result, text = _cell(
+            ip, f"%%remote_run {target} --name sec --secret TEST_TOKEN --smoke\n{body}"
+        )
+        assert result.error_in_exec is None, text
+        job = result.result
+        assert job.wait(60) == "finished", job.log()
+    finally:
+        stop.set()
+        watcher.join()
+    result, more = _cell(ip, "%watch sec --wait\nr = %pull sec\nprint(r.results, r.provenance)")
+    text += more
+    results = job.result()
+    assert results["sha"] == hashlib.sha256(value.encode()).hexdigest()
+    assert results["mode"] == 0o600 and results["env_clean"] is True
+    assert job.spec["secret_names"] == ["TEST_TOKEN"]
+    assert len(snapshots) > 10 and not any(value in s for s in snapshots)
+    assert value not in text
+    for root in (project, tmp_path / "remote home"):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert value.encode() not in path.read_bytes(), path
+    assert not (Path(job.spec["control_dir"]) / "secrets.json").exists()
+
+
+def test_missing_secret_is_a_usage_error(ip: Any, project: Path) -> None:
+    result, _ = _cell(ip, "%%remote_run --name ms --secret NOT_SET_ANYWHERE\nprint(1)\n")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "no environment variable NOT_SET_ANYWHERE" in str(result.error_in_exec)
+    assert Registry(project).jobs() == []
