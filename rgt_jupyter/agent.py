@@ -7,6 +7,8 @@ Subcommands::
     agent.py cell PROGRAM           run PROGRAM as __main__ (the job process itself)
     agent.py manifest NAME=DIR...   print a JSON manifest (path, size, sha256) of the given dirs
     agent.py secrets PATH           store the JSON object read from stdin in PATH, mode 0600
+    agent.py have OBJDIR            print which of the sha256s on stdin are missing from OBJDIR
+    agent.py materialize OBJDIR DEST  copy objects to DEST/<rel> for the {rel: sha256} on stdin
     agent.py env                    print a JSON description of this interpreter and machine
 
 ``run`` writes, in CONTROL_DIR: ``status.json`` (who and where), ``heartbeat.json`` (a counter, wall
@@ -417,6 +419,49 @@ def store_secrets(path: str) -> int:
     return 0
 
 
+def _object_path(objdir: str, sha: str) -> str:
+    if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        raise ValueError("not a sha256: %r" % sha)
+    return os.path.join(objdir, sha[:2], sha)
+
+
+def have(objdir: str) -> int:
+    """Print the sha256s (read as a JSON list on stdin) that OBJDIR does not hold yet."""
+    wanted = json.loads(sys.stdin.read())
+    missing = [sha for sha in wanted if not os.path.isfile(_object_path(objdir, sha))]
+    sys.stdout.write(json.dumps(missing))
+    return 0
+
+
+def materialize(objdir: str, dest: str) -> int:
+    """Copy objects into DEST for the ``{rel: sha256}`` on stdin, hashing each copy; an object
+    whose bytes do not match its name is deleted and reported, so it is sent again."""
+    entries = json.loads(sys.stdin.read())
+    bad = []
+    for rel, sha in sorted(entries.items()):
+        parts = rel.split("/")
+        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise ValueError("unsafe path %r" % rel)
+        src = _object_path(objdir, sha)
+        target = os.path.join(dest, *parts)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        digest = hashlib.sha256()
+        tmp = target + ".tmp-%d" % os.getpid()
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            for chunk in iter(lambda: fin.read(1 << 20), b""):
+                digest.update(chunk)
+                fout.write(chunk)
+        if digest.hexdigest() != sha:
+            os.unlink(tmp)
+            os.unlink(src)
+            bad.append(sha)
+            continue
+        os.chmod(tmp, os.stat(src).st_mode & 0o777)
+        os.replace(tmp, target)
+    sys.stdout.write(json.dumps({"bad": bad}))
+    return 0
+
+
 def spawn(control: str) -> int:
     """Double-fork ``run CONTROL`` into its own session so it outlives its caller; print its pid."""
     control = os.path.abspath(control)
@@ -467,6 +512,10 @@ def main(argv: list[str] | None = None) -> int:
         roots = dict(item.split("=", 1) for item in rest)
         sys.stdout.write(json.dumps(build_manifest(roots)))
         return 0
+    if cmd == "have" and len(rest) == 1:
+        return have(rest[0])
+    if cmd == "materialize" and len(rest) == 2:
+        return materialize(rest[0], rest[1])
     if cmd == "secrets" and len(rest) == 1:
         return store_secrets(rest[0])
     if cmd == "env":

@@ -119,14 +119,55 @@ def code_hash(deployed: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(code).encode()).hexdigest()
 
 
+def push_files(
+    transport: Transport,
+    python: str,
+    control: str,
+    objects: str,
+    pushed: list[tuple[Path, str]],
+) -> dict[str, str]:
+    """Push files content-addressed: only objects the remote store lacks are sent; the agent
+    then copies them into ``<control>/code`` (a per-job dir: a live job's inputs never change).
+    Returns ``{rel: sha256}``."""
+    if not pushed:
+        return {}
+    wanted = {rel: sha256_file(str(local))[0] for local, rel in pushed}
+    agent = f"{control}/agent.py"
+
+    def agent_json(*args: str, payload: Any) -> Any:
+        result = transport.exec(
+            [python, agent, *args], stdin=json.dumps(payload).encode(), timeout=3600
+        )
+        if result.returncode != 0:
+            raise LaunchError(
+                f"the agent failed on {transport.host} ({' '.join(args[:1])}): "
+                + result.stderr.decode(errors="replace")[-1000:]
+            )
+        return json.loads(result.stdout)
+
+    local_of = {sha: local for (local, rel) in pushed for sha in [wanted[rel]]}
+    missing = agent_json("have", objects, payload=sorted(set(wanted.values())))
+    for _ in range(2):
+        for sha in missing:
+            transport.put(local_of[sha], f"{objects}/{sha[:2]}/{sha}")
+        bad = agent_json("materialize", objects, f"{control}/code", payload=wanted)["bad"]
+        if not bad:
+            return wanted
+        missing = bad  # a damaged object was dropped: send it again, once
+    raise LaunchError(f"objects kept arriving damaged on {transport.host}: {missing[:3]}")
+
+
 def ship(
     transport: Transport,
     control: str,
     req: LaunchRequest,
     pushed: list[tuple[Path, str]],
     inputs: dict[str, bytes],
+    python: str,
+    objects: str,
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """Write program, pushed files, inputs, the job API and the agent under ``control``.
+    """Write the agent, program, pushed files (via the object store ``objects``), inputs and the
+    job API under ``control``.
 
     Returns the paths and, for every file sent, its sha256 (``code/...``, ``lib/...``,
     ``inputs/...``): what the remote must hold for the launch to go ahead.
@@ -144,14 +185,14 @@ def ship(
 
     transport.makedirs(code)
     transport.makedirs(inputs_dir)
+    transport.put(_HERE / "agent.py", f"{control}/agent.py")
     write("code", req.program_name, req.program.encode())
-    for local, rel in pushed:
-        put("code", rel, local)
+    for rel, sha in push_files(transport, python, control, objects, pushed).items():
+        sent[f"code/{rel}"] = sha
     for fname, data in inputs.items():
         write("inputs", fname, data, mode=0o600)
     write("lib", "rgt_jupyter/__init__.py", _LIB_INIT.encode())
     put("lib", "rgt_jupyter/job.py", _HERE / "job.py")
-    transport.put(_HERE / "agent.py", f"{control}/agent.py")
     paths = {
         "code_dir": code,
         "lib_dir": lib,
@@ -235,7 +276,9 @@ def run_smoke(
     from .transport.local import LocalTransport
 
     with tempfile.TemporaryDirectory(prefix="rgt-smoke-") as tmp:
-        paths, _ = ship(LocalTransport(), tmp, req, pushed, inputs)
+        paths, _ = ship(
+            LocalTransport(), tmp, req, pushed, inputs, sys.executable, f"{tmp}/.objects"
+        )
         send_secrets(LocalTransport(), sys.executable, tmp, secrets)
         run_env = dict(os.environ)
         run_env.update(env)
@@ -349,7 +392,8 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     durable = f"{profile.expand(profile.durable_dir, project, home)}/{name}/{lineage}"
     python = req.python or profile.interpreter()
     if reuse is None:
-        paths, deployed = ship(transport, control, req, pushed, inputs)
+        objects = f"{profile.expand(profile.workdir, project, home)}/.objects"
+        paths, deployed = ship(transport, control, req, pushed, inputs, python, objects)
         pushed_names, input_names = [rel for _, rel in pushed], sorted(req.inputs)
     else:
         deployed, pushed_names, input_names = reuse["deployed"], reuse["pushed"], reuse["inputs"]

@@ -16,6 +16,7 @@ class FaultProxy:
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = int(self.server.getsockname()[1])
         self.bytes_down = 0
+        self.bytes_up = 0
         self._cut_at: int | None = None
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
@@ -70,6 +71,9 @@ class FaultProxy:
                             self._cut_all()
                             return
                         self.bytes_down += len(data)
+                else:
+                    with self._lock:
+                        self.bytes_up += len(data)
                 dst.sendall(data)
             except OSError:
                 break

@@ -171,29 +171,35 @@ def test_profiles(project: Path, tmp_path: Path) -> None:
 
 
 def test_deployed_must_equal_intended(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A pushed file that lands different from what was sent blocks the launch."""
+    """What lands different from what was sent blocks the launch; nothing is registered."""
     from rgt_jupyter.errors import LaunchError
     from rgt_jupyter.registry import Registry
     from rgt_jupyter.transport.local import LocalTransport
 
     data = project / "weights.bin"
     data.write_bytes(b"\x00" * 4096)
-    real_put = LocalTransport.put
+    real_put, real_write = LocalTransport.put, LocalTransport.write_bytes
 
     def torn_put(self: LocalTransport, local: Path, remote: str) -> None:
         real_put(self, local, remote)
-        if remote.endswith("weights.bin"):
-            with open(remote, "r+b") as fh:  # the copy arrives short: an interrupted push
+        if "/.objects/" in remote:
+            with open(remote, "r+b") as fh:  # every upload of the object arrives short
                 fh.truncate(1000)
 
+    def torn_write(self: LocalTransport, path: str, data: bytes, mode: int = 0o644) -> None:
+        real_write(self, path, data[:-3] if path.endswith("rgt_cell.py") else data, mode)
+
+    request = LaunchRequest(program="print(1)\n", name="torn", push=[str(data)])
     monkeypatch.setattr(LocalTransport, "put", torn_put)
-    with pytest.raises(LaunchError, match="NOT DEPLOYED.*code/weights.bin"):
-        launch(LaunchRequest(program="print(1)\n", name="torn", push=[str(data)]), project)
-    assert Registry(project).jobs() == []
+    with pytest.raises(LaunchError, match="damaged"):
+        launch(request, project)
     monkeypatch.setattr(LocalTransport, "put", real_put)
-    job = Job(
-        launch(LaunchRequest(program="print(1)\n", name="torn", push=[str(data)]), project), project
-    )
+    monkeypatch.setattr(LocalTransport, "write_bytes", torn_write)
+    with pytest.raises(LaunchError, match="NOT DEPLOYED.*code/rgt_cell.py"):
+        launch(request, project)
+    assert Registry(project).jobs() == []
+    monkeypatch.setattr(LocalTransport, "write_bytes", real_write)
+    job = Job(launch(request, project), project)
     assert job.wait(60) == "finished"
     assert job.spec["deployed"]["code/weights.bin"] == hashlib.sha256(data.read_bytes()).hexdigest()
     assert set(job.spec["deployed"]) >= {

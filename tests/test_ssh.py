@@ -343,3 +343,47 @@ def test_missing_secret_is_a_usage_error(ip: Any, project: Path) -> None:
     assert isinstance(result.error_in_exec, UsageError)
     assert "no environment variable NOT_SET_ANYWHERE" in str(result.error_in_exec)
     assert Registry(project).jobs() == []
+
+
+def test_repush_of_an_unchanged_tree_sends_almost_nothing(
+    project: Path, box: Path, sshd: Sshd, tmp_path: Path
+) -> None:
+    from .faultproxy import FaultProxy
+
+    tree = tmp_path / "data tree"
+    for i in range(40):
+        sub = tree / f"part{i % 4}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"shard {i}.bin").write_bytes(os.urandom(512 << 10))
+    size = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
+    program = (
+        "import os, hashlib, rgt_jupyter.job as job\n"
+        "h = hashlib.sha256()\n"
+        "for root, dirs, files in sorted(os.walk('data tree')):\n"
+        "    for f in sorted(files):\n"
+        "        h.update(open(os.path.join(root, f), 'rb').read())\n"
+        "job.save_results({'sha': h.hexdigest()})\n"
+    )
+    config = Path(os.environ["RGT_SSH_CONFIG"])
+    with FaultProxy(sshd.port) as proxy:
+        box.write_text(box.read_text() + f"[127.0.0.1]:{proxy.port} {sshd.host_pub}\n")
+        config.write_text(
+            config.read_text()
+            + f"\nHost cutbox\n  HostName 127.0.0.1\n  Port {proxy.port}\n  User root\n"
+            f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {box}\n"
+        )
+        sent = []
+        jobs = []
+        for name in ("first", "second"):
+            before = proxy.bytes_up
+            request = LaunchRequest(
+                program=program, name=name, profile="box", host="cutbox", push=[str(tree)]
+            )
+            jobs.append(Job(launch(request, project), project))
+            sent.append(proxy.bytes_up - before)
+        for job in jobs:
+            assert job.wait(60) == "finished", job.log()
+        assert jobs[0].result() == jobs[1].result()
+        assert jobs[0].spec["code_dir"] != jobs[1].spec["code_dir"]
+        assert sent[0] >= size
+        assert sent[1] <= size // 100, (sent, size)
