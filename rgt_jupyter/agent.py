@@ -7,6 +7,7 @@ Subcommands::
     agent.py cell PROGRAM           run PROGRAM as __main__ (the job process itself)
     agent.py manifest NAME=DIR...   print a JSON manifest (path, size, sha256) of the given dirs
     agent.py secrets PATH           store the JSON object read from stdin in PATH, mode 0600
+    agent.py audit DIR...           print a JSON audit of this machine (disks of DIR..., cgroup, GPU)
     agent.py have OBJDIR            print which of the sha256s on stdin are missing from OBJDIR
     agent.py materialize OBJDIR DEST  copy objects to DEST/<rel> for the {rel: sha256} on stdin
     agent.py env                    print a JSON description of this interpreter and machine
@@ -38,7 +39,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 SCHEMA = "rgt-agent/1"
 _FORWARDED = ("SIGTERM", "SIGUSR2", "SIGINT")
@@ -128,6 +129,89 @@ def build_manifest(roots: dict[str, str]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- environment
 
 
+def _run(argv: List[str], timeout: float) -> Optional[Dict[str, Any]]:
+    try:
+        out = subprocess.run(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, text=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"rc": out.returncode, "stdout": out.stdout, "stderr": out.stderr}
+
+
+def nvidia_smi(full: bool = False) -> Optional[Dict[str, Any]]:
+    """The GPU query (name, memory, driver, utilisation), and the full table if asked; None
+    when there is no nvidia-smi."""
+    query = _run(
+        [
+            "nvidia-smi",
+            "--query-gpu=name,memory.total,memory.used,driver_version,utilization.gpu",
+            "--format=csv,noheader",
+        ],
+        15,
+    )
+    if query is not None and full:
+        table = _run(["nvidia-smi"], 15)
+        query["full"] = table["stdout"] if table else None
+    return query
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def audit(dirs: List[str]) -> Dict[str, Any]:
+    """Phase-0 audit of this machine in one call: disks (bytes and inodes, writable) of the
+    given dirs, cgroup limits and OOM kills, GPUs, Python, and whether torch sees CUDA."""
+    disks = {}
+    for d in dirs:
+        entry: Dict[str, Any] = {"path": d}
+        try:
+            os.makedirs(d, exist_ok=True)
+            st = os.statvfs(d)
+            entry.update(
+                bytes_total=st.f_blocks * st.f_frsize,
+                bytes_free=st.f_bavail * st.f_frsize,
+                inodes_total=st.f_files,
+                inodes_free=st.f_favail,
+            )
+            probe = os.path.join(d, ".rgt-probe-%d" % os.getpid())
+            with open(probe, "w") as fh:
+                fh.write("probe")
+            with open(probe) as fh:
+                entry["writable"] = fh.read() == "probe"
+            os.unlink(probe)
+        except OSError as exc:
+            entry["writable"] = False
+            entry["error"] = str(exc)
+        disks[d] = entry
+    events = _read("/sys/fs/cgroup/memory.events") or ""
+    oom = [line.split()[1] for line in events.splitlines() if line.startswith("oom_kill ")]
+    import importlib.util
+
+    return {
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "hostname": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "disks": disks,
+        "cgroup": {
+            "memory_max": _read("/sys/fs/cgroup/memory.max")
+            or _read("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+            "cpu_max": _read("/sys/fs/cgroup/cpu.max"),
+            "oom_kill": int(oom[0]) if oom else None,
+        },
+        "nvidia_smi": nvidia_smi(),
+        # Importing torch takes seconds: here only whether it is installed. A job that uses
+        # torch records its version and whether it saw CUDA itself (torch.json).
+        "torch_installed": importlib.util.find_spec("torch") is not None,
+    }
+
+
 def describe_env() -> dict[str, Any]:
     """This interpreter and machine: python, platform, packages, CPUs, GPUs (nvidia-smi)."""
     info: Dict[str, Any] = {
@@ -148,29 +232,7 @@ def describe_env() -> dict[str, Any]:
                 info["packages"][name] = dist.version
     except Exception as exc:  # noqa: BLE001 - recorded, not fatal
         info["packages_error"] = repr(exc)
-    try:
-        out = subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=name,memory.total,memory.used,driver_version,utilization.gpu",
-                "--format=csv,noheader",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            timeout=15,
-            text=True,
-        )
-        info["nvidia_smi"] = {"rc": out.returncode, "stdout": out.stdout, "stderr": out.stderr}
-        full = subprocess.run(
-            ["nvidia-smi"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=15,
-            text=True,
-        )
-        info["nvidia_smi"]["full"] = full.stdout
-    except (OSError, subprocess.SubprocessError):
-        info["nvidia_smi"] = None
+    info["nvidia_smi"] = nvidia_smi(full=True)
     return info
 
 
@@ -511,6 +573,9 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "manifest":
         roots = dict(item.split("=", 1) for item in rest)
         sys.stdout.write(json.dumps(build_manifest(roots)))
+        return 0
+    if cmd == "audit":
+        sys.stdout.write(json.dumps(audit(rest)))
         return 0
     if cmd == "have" and len(rest) == 1:
         return have(rest[0])

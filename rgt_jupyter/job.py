@@ -16,6 +16,7 @@ python / numpy / torch (and CUDA) RNG states saved with it.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import json
@@ -424,6 +425,23 @@ def load_latest() -> dict[str, Any] | None:
     return None
 
 
+def _record_torch() -> None:
+    """At exit, if the job used torch: its version, CUDA build and the devices it saw."""
+    torch = sys.modules.get("torch")
+    control = _control_dir()
+    if torch is None or control is None:
+        return
+    info = {
+        "version": torch.__version__,
+        "cuda_build": torch.version.cuda,
+        "cuda_available": bool(torch.cuda.is_available()),
+    }
+    if info["cuda_available"]:
+        info["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    _write_json_atomic(os.path.join(control, "torch.json"), info)
+
+
 if os.environ.get("RGT_JOB_ID"):
     # Only inside a job: a notebook kernel that imports this module keeps its own handlers.
     _install_handlers()
+    atexit.register(_record_torch)

@@ -262,6 +262,74 @@ def send_secrets(transport: Transport, python: str, control: str, values: dict[s
         )
 
 
+def audit_host(
+    transport: Transport, python: str, control: str, profile: Profile, project: Path, home: str
+) -> dict[str, Any]:
+    """Phase-0 audit, once per host and project (cached in ``.rgt/audit/``), in one command.
+
+    Findings are disclosed, not blocking, except a durable dir that cannot be written.
+    """
+    from .fsutil import atomic_write_bytes
+
+    cache = project / ".rgt" / "audit" / f"{profile.name}-{transport.host}.json"
+    if cache.exists():
+        report: dict[str, Any] = json.loads(cache.read_text())
+        return report
+    dirs = [
+        profile.expand(d, project, home)
+        for d in (profile.durable_dir, profile.scratch_dir, profile.workdir)
+    ]
+    result = transport.exec([python, f"{control}/agent.py", "audit", *dirs], timeout=300)
+    if result.returncode != 0:
+        raise LaunchError(
+            f"the audit of {transport.host} failed with {python!r} (exit {result.returncode}): "
+            f"{result.stderr.decode(errors='replace')[-800:]}\nThe job needs Python 3.8+ "
+            "there: pass --python PATH (or set `python` in the profile)."
+        )
+    facts = json.loads(result.stdout)
+    durable = facts["disks"][dirs[0]]
+    if not durable.get("writable"):
+        raise LaunchError(
+            f"the durable dir {dirs[0]} on {transport.host} is not writable "
+            f"({durable.get('error', 'the write probe failed')}): checkpoints could not be kept. "
+            "Fix its permissions or point the profile's durable_dir elsewhere."
+        )
+    report = {
+        "facts": facts,
+        "at": time.time(),
+        "host": transport.host,
+        "findings": audit_findings(facts, dirs[0]),
+    }
+    atomic_write_bytes(cache, json.dumps(report, indent=1).encode())
+    return report
+
+
+def audit_findings(facts: dict[str, Any], durable: str) -> list[str]:
+    """What a researcher should know about the machine, in plain words."""
+    found: list[str] = []
+    gib = 1 << 30
+    for path, disk in facts["disks"].items():
+        if "bytes_free" not in disk:
+            continue
+        if disk["bytes_free"] < 5 * gib:
+            found.append(f"{path}: only {disk['bytes_free'] / gib:.1f} GiB free")
+        if disk["inodes_total"] and disk["inodes_free"] < 0.05 * disk["inodes_total"]:
+            found.append(f"{path}: inodes nearly exhausted ({disk['inodes_free']} free)")
+    mem = facts["cgroup"].get("memory_max")
+    if mem and mem.isdigit() and int(mem) < (1 << 60):
+        found.append(f"cgroup memory limit {int(mem) / gib:.1f} GiB (size num_workers to it)")
+    if facts["cgroup"].get("oom_kill"):
+        found.append(f"the cgroup has already had {facts['cgroup']['oom_kill']} OOM kill(s)")
+    if facts.get("nvidia_smi") is None:
+        found.append("no NVIDIA GPU visible (nvidia-smi is absent)")
+    if not facts.get("torch_installed"):
+        found.append(f"torch is not installed for {facts['executable']}")
+    free = facts["disks"][durable].get("bytes_free")
+    if free is not None:
+        found.append(f"durable dir: {free / gib:.1f} GiB free")
+    return found
+
+
 def run_smoke(
     req: LaunchRequest,
     pushed: list[tuple[Path, str]],
@@ -399,6 +467,7 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         deployed, pushed_names, input_names = reuse["deployed"], reuse["pushed"], reuse["inputs"]
         paths = {k: reuse[k] for k in ("code_dir", "lib_dir", "inputs_dir", "program")}
         transport.put(_HERE / "agent.py", f"{control}/agent.py")
+    report = audit_host(transport, python, control, profile, project, home)
     verify_deployed(transport, python, control, paths, deployed)
     send_secrets(transport, python, control, secret_values)
     hash_ = code_hash(deployed)
@@ -427,6 +496,11 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         "code_hash": hash_,
         "deployed": deployed,
         "secret_names": sorted(secret_values),
+        "audit": {
+            "findings": report["findings"],
+            "python": report["facts"]["python"],
+            "at": report["at"],
+        },
         "pushed": pushed_names,
         "inputs": input_names,
         "smoke": smoke,

@@ -45,6 +45,7 @@ def build_run_json(
     spec: dict[str, Any],
     exit_rec: dict[str, Any] | None,
     env: dict[str, Any] | None,
+    torch: dict[str, Any] | None,
     config: dict[str, Any] | None,
     verification: dict[str, Any],
     pulled_at: float,
@@ -66,6 +67,7 @@ def build_run_json(
         "inputs": spec.get("inputs", []),
         "env_keys": sorted(spec.get("env", {})),
         "secret_names": spec.get("secret_names", []),
+        "audit": spec.get("audit"),
         "config": config,
         "seed": (config or {}).get("seed"),
         "git": git_state(Path(spec["project"])),
@@ -76,6 +78,7 @@ def build_run_json(
             "hostname": env.get("hostname"),
             "cpu_count": env.get("cpu_count"),
             "nvidia_smi": env.get("nvidia_smi"),
+            "torch": torch,
         },
         "times": {
             "created": spec.get("created_at"),

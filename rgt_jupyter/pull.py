@@ -387,12 +387,14 @@ def pull(
     _write_json(partial / "verification.json", verification)
     exit_text = transport.read_text(f"{control}/exit.json")
     env_text = transport.read_text(f"{control}/env.json")
+    torch_text = transport.read_text(f"{control}/torch.json")
     config_path = partial / "outputs" / "config.json"
     run_json = build_run_json(
         run_id=run_id,
         spec=spec,
         exit_rec=json.loads(exit_text) if exit_text else None,
         env=json.loads(env_text) if env_text else None,
+        torch=json.loads(torch_text) if torch_text else None,
         config=json.loads(config_path.read_text()) if config_path.exists() else None,
         verification=verification,
         pulled_at=time.time(),

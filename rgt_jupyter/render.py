@@ -56,6 +56,8 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
     ]
     if snap.diagnosis:
         lines.append(f"  diagnosis: {snap.diagnosis}")
+    if snap.audit:
+        lines.append("  machine: " + "; ".join(snap.audit))
     if snap.log_tail:
         lines.append("  log:")
         lines.extend("    " + line for line in snap.log_tail)
@@ -86,6 +88,8 @@ def snapshot_html(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
         )
     if snap.diagnosis:
         rows.append(f"<div><i>{e(snap.diagnosis)}</i></div>")
+    if snap.audit:
+        rows.append(f"<div style='color:#666'>machine: {e('; '.join(snap.audit))}</div>")
     if snap.log_tail:
         rows.append(
             "<pre style='max-height:14em;overflow:auto'>" + e("\n".join(snap.log_tail)) + "</pre>"

@@ -44,6 +44,7 @@ class Snapshot:
     error: dict[str, Any] | None = None
     diagnosis: str | None = None
     resume_attempt: int = 1
+    audit: list[str] = field(default_factory=list)
 
     @property
     def terminal(self) -> bool:
@@ -107,6 +108,7 @@ def observe(transport: Transport, spec: dict[str, Any], log_lines: int = 12) -> 
         host=spec.get("host", transport.host),
         observed_at=now,
         resume_attempt=int(spec.get("attempt", 1)),
+        audit=list((spec.get("audit") or {}).get("findings", [])),
     )
     exit_rec = _json(transport, f"{control}/exit.json")
     status = _json(transport, f"{control}/status.json")

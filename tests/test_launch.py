@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import subprocess
@@ -207,3 +208,50 @@ def test_deployed_must_equal_intended(project: Path, monkeypatch: pytest.MonkeyP
         "code/weights.bin",
         "lib/rgt_jupyter/job.py",
     }
+
+
+def test_phase0_audit_is_recorded_once_and_disclosed(project: Path) -> None:
+    program = "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n"
+    first = Job(launch(LaunchRequest(program=program, name="a1"), project), project)
+    cache = project / ".rgt" / "audit" / f"local-{first.spec['host']}.json"
+    assert cache.exists()
+    facts = json.loads(cache.read_text())["facts"]
+    assert facts["python"] == sys.version.split()[0]
+    assert set(facts["disks"]) == {
+        f"{project}/.rgt/local/durable",
+        f"{project}/.rgt/local/scratch",
+        f"{project}/.rgt/local/jobs",
+    }
+    assert all(d["writable"] and d["inodes_total"] > 0 for d in facts["disks"].values())
+    assert "cgroup" in facts and "torch_installed" in facts
+    findings = first.spec["audit"]["findings"]
+    assert any(f.startswith("durable dir:") for f in findings)
+    stamp = cache.stat().st_mtime_ns
+    second = Job(launch(LaunchRequest(program="print(2)\n", name="a2"), project), project)
+    assert cache.stat().st_mtime_ns == stamp  # once per host
+    assert second.spec["audit"] == first.spec["audit"]
+    assert first.wait(60) == "finished"
+    assert "machine: " in first._repr_mimebundle_()["text/plain"]
+    assert first.pull().provenance["audit"]["findings"] == findings
+
+
+def test_unwritable_durable_dir_blocks_the_launch(project: Path) -> None:
+    from rgt_jupyter.errors import LaunchError
+    from rgt_jupyter.registry import Registry
+
+    (project / "blocker").write_text("a file where the durable dir should be")
+    profiles = project / ".rgt" / "profiles"
+    profiles.mkdir(parents=True)
+    local = load_profile("local", project)
+    (profiles / "blocked.toml").write_text(
+        Path(local.source)
+        .read_text()
+        .replace('name = "local"', 'name = "blocked"')
+        .replace(
+            'durable_dir = "{project}/.rgt/local/durable"',
+            'durable_dir = "{project}/blocker/durable"',
+        )
+    )
+    with pytest.raises(LaunchError, match="not writable"):
+        launch(LaunchRequest(program="print(1)\n", name="b", profile="blocked"), project)
+    assert Registry(project).jobs() == []

@@ -56,6 +56,10 @@ def test_pull_lands_an_immutable_verified_run(project: Path) -> None:
     assert prov["job_id"] == job.id and prov["profile"] == "local"
     assert prov["code_hash"] == job.spec["code_hash"]
     assert prov["exit"]["exit_code"] == 0 and prov["env_lock"]
+    import torch
+
+    assert prov["hardware"]["torch"]["version"] == torch.__version__
+    assert prov["hardware"]["torch"]["cuda_available"] is torch.cuda.is_available()
     body = {k: v for k, v in prov.items() if k not in ("provenance_hash", "state_at_pull")}
     from rgt_jupyter.provenance import canonical_hash
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -78,6 +79,10 @@ def test_the_whole_arc_over_ssh_matches_local(ip: Any, project: Path, box: Path)
     job = result.result
     assert job.spec["transport"] == "ssh" and job.spec["host_alias"] == "testbox"
     assert job.spec["python"] == "python3"
+    audit = json.loads((project / ".rgt" / "audit" / "box-testbox.json").read_text())["facts"]
+    assert audit["python"] == job.spec["audit"]["python"]
+    assert all(d["writable"] for d in audit["disks"].values())
+    assert any("durable dir" in f for f in job.spec["audit"]["findings"])
     result, text = _cell(ip, "%watch arc --wait --timeout 120")
     assert result.error_in_exec is None, text
     assert result.result.state == "finished"
