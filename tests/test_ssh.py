@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from rgt_jupyter.registry import Registry
 from rgt_jupyter.render import strip_ansi
 from rgt_jupyter.transport.ssh import SSHError, connect
 
+from .conftest import wait_for
 from .sshd import Sshd
 
 JOB = """\
@@ -392,3 +394,33 @@ def test_repush_of_an_unchanged_tree_sends_almost_nothing(
         assert jobs[0].spec["code_dir"] != jobs[1].spec["code_dir"]
         assert sent[0] >= size
         assert sent[1] <= size // 100, (sent, size)
+
+
+def test_job_survives_the_connection_cut_mid_run(project: Path, box: Path, sshd: Sshd) -> None:
+    """The SSH connection is cut for real by the proxy while the job runs: the job goes on and
+    the next look reconnects."""
+    from .faultproxy import FaultProxy
+
+    config = Path(os.environ["RGT_SSH_CONFIG"])
+    program = (
+        "import time, rgt_jupyter.job as job\n"
+        "for i in range(1, 31):\n"
+        "    job.progress(i, 30)\n"
+        "    time.sleep(0.1)\n"
+        "job.save_results({'steps': 30})\n"
+    )
+    with FaultProxy(sshd.port) as proxy:
+        box.write_text(box.read_text() + f"[127.0.0.1]:{proxy.port} {sshd.host_pub}\n")
+        config.write_text(
+            config.read_text()
+            + f"\nHost cutbox\n  HostName 127.0.0.1\n  Port {proxy.port}\n  User root\n"
+            f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {box}\n"
+        )
+        request = LaunchRequest(program=program, name="cut", profile="box", host="cutbox")
+        job = Job(launch(request, project), project)
+        wait_for(lambda: (job.snapshot().progress or {}).get("step", 0) >= 3, 30, "progress")
+        proxy.arm(0)  # every open connection is dropped at the next byte from the server
+        time.sleep(0.5)
+        assert job.wait(60) == "finished"
+        assert proxy.cuts == 1
+        assert job.result() == {"steps": 30}

@@ -379,7 +379,9 @@ class SSHTransport(Transport):
         size = fh.stat().st_size or 0
         fh.seek(offset)
         if size > offset:
-            fh.prefetch(size)  # queues reads from the current position to the end
+            # Reads queued from the current position to the end, at most 8 MiB in flight, so a
+            # large pull keeps the notebook's memory flat.
+            fh.prefetch(size, max_concurrent_requests=256)
         return cast(BinaryIO, _StreamFile(fh, sftp))
 
     def stat(self, path: str) -> FileStat | None:
