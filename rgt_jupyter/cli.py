@@ -89,29 +89,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace, project: Path) -> int:
     from .api import Job
-    from .launch import LaunchRequest, launch
-    from .names import parse_env_pairs
+    from .launch import launch, request_from_args
 
     path = Path(args.file)
     if not path.is_file():
         raise RgtError(f"{args.file}: no such file")
-    req = LaunchRequest(
+    req = request_from_args(
+        args,
         program=path.read_text(encoding="utf-8"),
         name=args.name or path.stem.replace(" ", "_"),
         profile=args.profile or "local",
         program_name=path.name if path.suffix == ".py" else "rgt_program.py",
         label=str(path),
         line_offset=0,
-        push=args.push,
-        env=parse_env_pairs(args.env),
-        smoke=args.smoke,
-        smoke_timeout=args.smoke_timeout,
-        gpus=args.gpus,
-        host=args.host,
-        python=args.python,
-        fresh=args.fresh,
-        grace_s=args.grace,
-        secrets=args.secret,
     )
     job = Job(launch(req, project), project)
     print(f"launched {job.id} (profile {job.profile}); follow it with: rgt watch {job.name}")

@@ -57,6 +57,25 @@ class LaunchRequest:
     reuse_code_of: dict[str, Any] | None = None
 
 
+def request_from_args(args: Any, **fields: Any) -> LaunchRequest:
+    """A :class:`LaunchRequest` from the shared ``RUN_ARGS`` (magic or CLI) plus ``fields``."""
+    from .names import parse_env_pairs
+
+    return LaunchRequest(
+        push=args.push,
+        env=parse_env_pairs(args.env),
+        smoke=args.smoke,
+        smoke_timeout=args.smoke_timeout,
+        gpus=args.gpus,
+        host=args.host,
+        python=args.python,
+        fresh=args.fresh,
+        grace_s=args.grace,
+        secrets=args.secret,
+        **fields,
+    )
+
+
 def default_name(program: str) -> str:
     """A stable name for an unnamed cell: re-running the same cell finds the same job."""
     return "job-" + hashlib.sha256(program.encode()).hexdigest()[:8]

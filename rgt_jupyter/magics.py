@@ -17,8 +17,7 @@ from .api import Job, Run
 from .args import INPUTS_ARG, PULL_ARGS, RUN_ARGS, WATCH_ARGS, MagicParser, magic_parser
 from .args import parse_line as _parse_line
 from .errors import RemoteTraceback, RgtError
-from .launch import LaunchRequest, launch
-from .names import parse_env_pairs
+from .launch import launch, request_from_args
 from .project import project_dir
 from .render import snapshot_html, snapshot_text, transfer_text
 
@@ -92,23 +91,14 @@ class RgtMagics(Magics):
                 if var not in user_ns:
                     raise IPyUsageError(f"--inputs {var}: no variable {var!r} in the notebook")
                 inputs[var] = user_ns[var]
-            req = LaunchRequest(
+            req = request_from_args(
+                args,
                 program=cell,
                 name=args.name,
                 profile=args.profile or self.default_profile,
                 label="[remote_run]",
                 line_offset=1,
-                push=args.push,
                 inputs=inputs,
-                env=parse_env_pairs(args.env),
-                smoke=args.smoke,
-                smoke_timeout=args.smoke_timeout,
-                gpus=args.gpus,
-                host=args.host,
-                python=args.python,
-                fresh=args.fresh,
-                grace_s=args.grace,
-                secrets=args.secret,
             )
             project = project_dir()
             job = Job(launch(req, project), project)

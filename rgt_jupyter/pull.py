@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .agent import sha256_file
 from .errors import PullError, TransportError
 from .fsutil import atomic_write_bytes, fsync_dir
 from .project import runs_dir
@@ -217,14 +218,6 @@ def _judge(
     return None, got
 
 
-def _sha_local(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            sha.update(chunk)
-    return sha.hexdigest()
-
-
 def transfer(
     transport: Transport,
     spec: dict[str, Any],
@@ -246,7 +239,7 @@ def transfer(
         dest = partial / safe_relpath(rel)
         if (
             dest.exists()
-            and _sha_local(dest) == entry["sha256"]
+            and sha256_file(str(dest))[0] == entry["sha256"]
             and (end_manifest is None or end_manifest.get(rel, {}).get("sha256") == entry["sha256"])
         ):
             got, size = entry["sha256"], int(entry["size"])  # verified by an earlier attempt

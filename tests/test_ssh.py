@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from rgt_jupyter.render import strip_ansi
 from rgt_jupyter.transport.ssh import SSHError, connect
 
 from .conftest import wait_for
+from .faultproxy import FaultProxy
 from .sshd import Sshd
 
 JOB = """\
@@ -66,6 +68,20 @@ def box(
         .replace("smoke_default = true", "smoke_default = false")
     )
     yield known
+
+
+@contextmanager
+def cutbox(sshd: Sshd, known: Path) -> Iterator[FaultProxy]:
+    """Alias ``cutbox``: the same server behind a proxy that cuts connections on demand."""
+    config = Path(os.environ["RGT_SSH_CONFIG"])
+    with FaultProxy(sshd.port) as proxy:
+        known.write_text(known.read_text() + f"[127.0.0.1]:{proxy.port} {sshd.host_pub}\n")
+        config.write_text(
+            config.read_text()
+            + f"\nHost cutbox\n  HostName 127.0.0.1\n  Port {proxy.port}\n  User root\n"
+            f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {known}\n"
+        )
+        yield proxy
 
 
 def _cell(ip: Any, source: str) -> tuple[Any, str]:
@@ -249,16 +265,7 @@ job.save_results({"ok": True})
 def test_pull_cut_at_10_50_99_percent_resumes(project: Path, box: Path, sshd: Sshd) -> None:
     """The connection is cut for real (a proxy drops it) during the pull; the next pull resumes
     from what already landed and ends with every hash matching."""
-    from .faultproxy import FaultProxy
-
-    config = Path(os.environ["RGT_SSH_CONFIG"])
-    with FaultProxy(sshd.port) as proxy:
-        box.write_text(box.read_text() + f"[127.0.0.1]:{proxy.port} {sshd.host_pub}\n")
-        config.write_text(
-            config.read_text()
-            + f"\nHost cutbox\n  HostName 127.0.0.1\n  Port {proxy.port}\n  User root\n"
-            f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {box}\n"
-        )
+    with cutbox(sshd, box) as proxy:
         job = Job(
             launch(LaunchRequest(program=BIG, name="big", profile="box", host="cutbox"), project),
             project,
@@ -355,8 +362,6 @@ def test_missing_secret_is_a_usage_error(ip: Any, project: Path) -> None:
 def test_repush_of_an_unchanged_tree_sends_almost_nothing(
     project: Path, box: Path, sshd: Sshd, tmp_path: Path
 ) -> None:
-    from .faultproxy import FaultProxy
-
     tree = tmp_path / "data tree"
     for i in range(40):
         sub = tree / f"part{i % 4}"
@@ -371,14 +376,7 @@ def test_repush_of_an_unchanged_tree_sends_almost_nothing(
         "        h.update(open(os.path.join(root, f), 'rb').read())\n"
         "job.save_results({'sha': h.hexdigest()})\n"
     )
-    config = Path(os.environ["RGT_SSH_CONFIG"])
-    with FaultProxy(sshd.port) as proxy:
-        box.write_text(box.read_text() + f"[127.0.0.1]:{proxy.port} {sshd.host_pub}\n")
-        config.write_text(
-            config.read_text()
-            + f"\nHost cutbox\n  HostName 127.0.0.1\n  Port {proxy.port}\n  User root\n"
-            f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {box}\n"
-        )
+    with cutbox(sshd, box) as proxy:
         sent = []
         jobs = []
         for name in ("first", "second"):
@@ -399,9 +397,6 @@ def test_repush_of_an_unchanged_tree_sends_almost_nothing(
 def test_job_survives_the_connection_cut_mid_run(project: Path, box: Path, sshd: Sshd) -> None:
     """The SSH connection is cut for real by the proxy while the job runs: the job goes on and
     the next look reconnects."""
-    from .faultproxy import FaultProxy
-
-    config = Path(os.environ["RGT_SSH_CONFIG"])
     program = (
         "import time, rgt_jupyter.job as job\n"
         "for i in range(1, 31):\n"
@@ -409,13 +404,7 @@ def test_job_survives_the_connection_cut_mid_run(project: Path, box: Path, sshd:
         "    time.sleep(0.1)\n"
         "job.save_results({'steps': 30})\n"
     )
-    with FaultProxy(sshd.port) as proxy:
-        box.write_text(box.read_text() + f"[127.0.0.1]:{proxy.port} {sshd.host_pub}\n")
-        config.write_text(
-            config.read_text()
-            + f"\nHost cutbox\n  HostName 127.0.0.1\n  Port {proxy.port}\n  User root\n"
-            f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {box}\n"
-        )
+    with cutbox(sshd, box) as proxy:
         request = LaunchRequest(program=program, name="cut", profile="box", host="cutbox")
         job = Job(launch(request, project), project)
         wait_for(lambda: (job.snapshot().progress or {}).get("step", 0) >= 3, 30, "progress")
