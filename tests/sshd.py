@@ -3,6 +3,7 @@ authorized_keys, a random port. Installed by scripts/setup.sh (openssh-server)."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -42,14 +43,14 @@ def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 
-@pytest.fixture(scope="session")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    """Start sshd once for the session (fails loudly when it is not installed)."""
+@contextlib.contextmanager
+def start_sshd(root: Path) -> Iterator[Sshd]:
+    """Run sshd with throwaway keys kept in ``root`` (an empty, existing folder) until the block
+    ends; raises AssertionError when sshd is not installed or does not come up."""
     assert os.path.exists(SSHD), (
         f"{SSHD} is missing: scripts/setup.sh installs openssh-server; run it first"
     )
     assert shutil.which("ssh-keygen"), "ssh-keygen is missing (openssh-client)"
-    root = tmp_path_factory.mktemp("sshd")
     _keygen(root / "host_ed25519")
     _keygen(root / "id_ed25519")
     (root / "authorized_keys").write_text((root / "id_ed25519.pub").read_text())
@@ -68,18 +69,25 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     log = root / "sshd.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=fh, stderr=fh)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert proc.poll() is None, f"sshd exited: {log.read_text()}"
-            assert time.monotonic() < deadline, f"sshd did not listen: {log.read_text()}"
-            time.sleep(0.1)
-    host_pub = (root / "host_ed25519.pub").read_text().split()
     try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, f"sshd exited: {log.read_text()}"
+                assert time.monotonic() < deadline, f"sshd did not listen: {log.read_text()}"
+                time.sleep(0.1)
+        host_pub = (root / "host_ed25519.pub").read_text().split()
         yield Sshd(port, root, root / "id_ed25519", f"{host_pub[0]} {host_pub[1]}", log)
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """Start sshd once for the session (fails loudly when it is not installed)."""
+    with start_sshd(tmp_path_factory.mktemp("sshd")) as server:
+        yield server
