@@ -171,6 +171,7 @@ class SSHTransport(Transport):
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.RLock()
         self._home: str | None = None
+        self._dirs: set[str] = set()  # directories known to exist: each costs a round trip
 
     # -- connection
 
@@ -278,6 +279,7 @@ class SSHTransport(Transport):
                 self._client.close()
             self._client = None
             self._sftp = None
+            self._dirs.clear()
 
     # -- the interface
 
@@ -351,8 +353,7 @@ class SSHTransport(Transport):
                 fh.write(data)
             sftp.posix_rename(tmp, path)
 
-        self.makedirs(os.path.dirname(path))
-        self._retry(op)
+        self._in_dir(os.path.dirname(path), op)
 
     def put(self, local: Path, remote: str) -> None:
         tmp = f"{os.path.dirname(remote)}/.{os.path.basename(remote)}.tmp-{os.getpid()}"
@@ -362,8 +363,18 @@ class SSHTransport(Transport):
             sftp.chmod(tmp, stat_mod.S_IMODE(os.stat(local).st_mode))
             sftp.posix_rename(tmp, remote)
 
-        self.makedirs(os.path.dirname(remote))
-        self._retry(op)
+        self._in_dir(os.path.dirname(remote), op)
+
+    def _in_dir(self, directory: str, op: Any) -> None:
+        """Run a write ``op`` in ``directory``, making it first; a cached directory that
+        vanished meanwhile is made again, once."""
+        self.makedirs(directory)
+        try:
+            self._retry(op)
+        except FileNotFoundError:
+            self._dirs.discard(directory)
+            self.makedirs(directory)
+            self._retry(op)
 
     def open_read(self, path: str, offset: int = 0) -> BinaryIO:
         # A session of its own, so a long transfer never waits on (or blocks) the watcher.
@@ -397,7 +408,15 @@ class SSHTransport(Transport):
         return cast("FileStat | None", self._retry(op))
 
     def makedirs(self, path: str, mode: int = 0o755) -> None:
+        if path in self._dirs:
+            return
+
         def op(sftp: paramiko.SFTPClient) -> None:
+            try:  # the common case: it exists already, one round trip
+                if stat_mod.S_ISDIR(sftp.stat(path).st_mode or 0):
+                    return
+            except FileNotFoundError:
+                pass
             parts = [p for p in path.split("/") if p]
             current = "" if path.startswith("/") else "."
             for part in parts:
@@ -416,6 +435,7 @@ class SSHTransport(Transport):
                     raise NotADirectoryError(errno.ENOTDIR, f"{current} is not a directory")
 
         self._retry(op)
+        self._dirs.add(path)
 
     def listdir(self, path: str) -> list[str]:
         return sorted(cast(list[str], self._retry(lambda sftp: sftp.listdir(path))))
