@@ -342,7 +342,7 @@ def run(size_mib: int, repeats: int, out: Path) -> dict[str, Any]:
             state = job.wait(timeout=1800)
             if state != "finished":
                 raise RuntimeError(f"the writer job ended {state}:\n{job.log()}")
-            write_s = time.perf_counter() - t0
+            writer_job_s = time.perf_counter() - t0
             src = f"{job.spec['out_dir']}/random.bin"
             transport = connect(box.alias, box.project)
             manifest = json.loads(transport.read_text(f"{job.spec['control_dir']}/manifest.json"))
@@ -447,7 +447,7 @@ def run(size_mib: int, repeats: int, out: Path) -> dict[str, Any]:
         "size_note": "default size (1024 MiB)" if size_mib == 1024 else "reduced size",
         "repeats": repeats,
         "units": "seconds; MB/s = 10^6 bytes/s; ratio_vs_scp = scp median s / method median s",
-        "writer_job_s": write_s,
+        "writer_job_s": writer_job_s,
         "negotiated": {
             "rgt_paramiko": rgt_algos,
             "plain_paramiko": plain_algos,
