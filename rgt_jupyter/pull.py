@@ -119,11 +119,15 @@ def _sidecar_sha(transport: Transport, spec: dict[str, Any], rel: str) -> str | 
     return text.split()[0] if text and text.split() else None
 
 
-def _claim_run_dir(root: Path, job_id: str) -> tuple[str, Path]:
-    """Claim the next free ``<job-id>-r<n>`` by creating it (empty) so no other pull takes it."""
+def _claim_run_dir(root: Path, job_id: str, taken: set[str]) -> tuple[str, Path]:
+    """Claim the next free ``<job-id>-r<n>`` by creating it (empty) so no other pull takes it;
+    ids already in the registry (runs pulled into other folders) are skipped too."""
     n = 1
     while True:
         path = root / f"{job_id}-r{n}"
+        if path.name in taken:
+            n += 1
+            continue
         try:
             path.mkdir()
         except FileExistsError:
@@ -366,7 +370,8 @@ def pull(
         "bytes_sent": moved["bytes_sent"],
         "bytes_total": total,
     }
-    run_id, final = _claim_run_dir(root, spec["job_id"])
+    taken = {r["run_id"] for r in Registry(project).runs(spec["job_id"])}
+    run_id, final = _claim_run_dir(root, spec["job_id"], taken)
     _write_json(
         partial / "manifest.json",
         {

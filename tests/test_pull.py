@@ -140,6 +140,10 @@ def test_pull_to_another_folder(project: Path, tmp_path: Path) -> None:
     job = _finished(project, "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n", "to")
     run = job.pull(to=tmp_path / "elsewhere")
     assert run.path.parent == tmp_path / "elsewhere" and run.verified
+    # Run ids are unique per job, whatever folder each run landed in.
+    other = job.pull(to=tmp_path / "third")
+    assert other.run_id != run.run_id and other.verified
+    assert [r.run_id for r in job.runs()] == [run.run_id, other.run_id]
 
 
 @pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a/../../b", "a//b", "./a", "a/.", ""])

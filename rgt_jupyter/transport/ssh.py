@@ -390,8 +390,9 @@ class SSHTransport(Transport):
         size = fh.stat().st_size or 0
         fh.seek(offset)
         if size > offset:
-            # Reads queued from the current position to the end, at most 8 MiB in flight, so a
-            # large pull keeps the notebook's memory flat.
+            # Reads queued from the current position to the end, at most 8 MiB of requests in
+            # flight. paramiko's prefetch can still fall back to serial reads and buffer the
+            # rest (its issue #2519): a streaming path that avoids it is the next step.
             fh.prefetch(size, max_concurrent_requests=256)
         return cast(BinaryIO, _StreamFile(fh, sftp))
 
