@@ -23,7 +23,6 @@ import io
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import threading
@@ -33,18 +32,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CELL = "import time\ntime.sleep(0.5)\n"
+sys.path.insert(0, str(HERE))
 
-
-def summarize(values: list[float]) -> dict[str, float]:
-    """Median, p90 (nearest rank), min and max, in seconds."""
-    ordered = sorted(values)
-    p90 = ordered[max(0, min(len(ordered) - 1, -(-len(ordered) * 9 // 10) - 1))]
-    return {
-        "median": statistics.median(ordered),
-        "p90": p90,
-        "min": ordered[0],
-        "max": ordered[-1],
-    }
+from _ssh_env import summarize  # noqa: E402  (bench/ is not a package)
 
 
 class HeartbeatSpy:
