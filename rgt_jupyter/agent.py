@@ -5,12 +5,17 @@ Subcommands::
     agent.py spawn CONTROL_DIR      start ``run`` detached (own session, stdin /dev/null), print its pid
     agent.py run CONTROL_DIR        supervise the job described by CONTROL_DIR/launch.json
     agent.py cell PROGRAM           run PROGRAM as __main__ (the job process itself)
-    agent.py manifest NAME=DIR...   print a JSON manifest (path, size, sha256) of the given dirs
-    agent.py secrets PATH           store the JSON object read from stdin in PATH, mode 0600
+    agent.py manifest [--reuse=M] NAME=DIR...  print a JSON manifest (path, size, sha256) of dirs
     agent.py audit DIR...           print a JSON audit of this machine (disks of DIR..., cgroup, GPU)
     agent.py have OBJDIR            print which of the sha256s on stdin are missing from OBJDIR
     agent.py materialize OBJDIR DEST  copy objects to DEST/<rel> for the {rel: sha256} on stdin
     agent.py env                    print a JSON description of this interpreter and machine
+
+A launch arrives as one zip bundle whose ``__main__.py`` unpacks it into CONTROL_DIR (the secrets,
+if any, as ``secrets.json``, 0600) and then runs ``agent.py run CONTROL_DIR`` (or ``spawn``).
+Before the job starts, ``run`` hashes every file named in ``launch.json``'s ``deployed`` and
+compares it with what was sent; on any difference the job is not started and the agent writes
+``error.json`` (kind ``not_deployed``) and ``exit.json`` (state ``failed``).
 
 ``run`` writes, in CONTROL_DIR: ``status.json`` (who and where), ``heartbeat.json`` (a counter, wall
 and monotonic time, every ``heartbeat_s``), ``log`` (the job's stdout and stderr), ``env.json``,
@@ -104,10 +109,19 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and ".tmp-" in name
 
 
-def build_manifest(roots: dict[str, str]) -> dict[str, Any]:
-    """Manifest of ``{prefix: dir}``: ``{"prefix/rel": {"size", "sha256"}}``; symlinks refused."""
+def stat_key(st: os.stat_result) -> List[int]:
+    """What changes whenever a file's bytes do: size, mtime, ctime (no tool can set it back) and
+    inode. A file with the same key as when it was hashed need not be hashed again."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def build_manifest(roots: Dict[str, str], reuse: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Manifest of ``{prefix: dir}``: ``{"prefix/rel": {"size", "sha256", "stat"}}``; symlinks
+    refused. Entries of ``reuse`` (an earlier manifest) whose file has the same :func:`stat_key`
+    keep their sha256 (marked ``"reused": true``) instead of being read again."""
     files = {}
     refused = []
+    earlier = (reuse or {}).get("files", {})
     for prefix, root in sorted(roots.items()):
         if not os.path.isdir(root):
             continue
@@ -121,9 +135,38 @@ def build_manifest(roots: dict[str, str]) -> dict[str, Any]:
                 if os.path.islink(full) or not os.path.isfile(full):
                     refused.append(prefix + "/" + rel)
                     continue
+                key = prefix + "/" + rel
+                before = stat_key(os.stat(full))
+                known = earlier.get(key)
+                if known is not None and known.get("stat") == before:
+                    files[key] = {"size": before[0], "sha256": known["sha256"], "stat": before}
+                    files[key]["reused"] = True
+                    continue
                 digest, size = sha256_file(full)
-                files[prefix + "/" + rel] = {"size": size, "sha256": digest}
+                after = stat_key(os.stat(full))
+                entry: Dict[str, Any] = {"size": size, "sha256": digest}
+                if after == before and after[0] == size:  # not written while it was read
+                    entry["stat"] = after
+                files[key] = entry
     return {"schema": SCHEMA, "created_at": _now(), "files": files, "refused": refused}
+
+
+def manifest_command(args: List[str]) -> int:
+    """``manifest [--reuse=MANIFEST.json] NAME=DIR...``: print the manifest as JSON."""
+    reuse = None
+    roots = {}
+    for arg in args:
+        if arg.startswith("--reuse="):
+            try:
+                with open(arg[len("--reuse=") :]) as fh:
+                    reuse = json.load(fh)
+            except (OSError, ValueError):
+                reuse = None  # no earlier manifest (or a torn one): hash everything
+        else:
+            name, _, root = arg.partition("=")
+            roots[name] = root
+    sys.stdout.write(json.dumps(build_manifest(roots, reuse)))
+    return 0
 
 
 # ----------------------------------------------------------------------------- environment
@@ -164,9 +207,12 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def audit(dirs: List[str]) -> Dict[str, Any]:
+def audit(args: List[str]) -> Dict[str, Any]:
     """Phase-0 audit of this machine in one call: disks (bytes and inodes, writable) of the
-    given dirs, cgroup limits and OOM kills, GPUs, Python, and whether torch sees CUDA."""
+    given dirs, cgroup limits and OOM kills, GPUs, Python, and whether torch imports and sees
+    CUDA (not with ``--no-torch``)."""
+    torch_probe = "--no-torch" not in args
+    dirs = [a for a in args if a != "--no-torch"]
     disks = {}
     for d in dirs:
         entry: Dict[str, Any] = {"path": d}
@@ -206,10 +252,44 @@ def audit(dirs: List[str]) -> Dict[str, Any]:
             "oom_kill": int(oom[0]) if oom else None,
         },
         "nvidia_smi": nvidia_smi(),
-        # Importing torch takes seconds: here only whether it is installed. A job that uses
-        # torch records its version and whether it saw CUDA itself (torch.json).
         "torch_installed": importlib.util.find_spec("torch") is not None,
+        "torch": probe_torch()
+        if torch_probe and importlib.util.find_spec("torch") is not None
+        else None,
     }
+
+
+_TORCH_PROBE = (
+    "import json, torch\n"
+    "cuda = torch.cuda.is_available()\n"
+    "print(json.dumps({'version': torch.__version__, 'cuda_available': cuda,\n"
+    "    'cuda_version': torch.version.cuda, 'device_count': torch.cuda.device_count(),\n"
+    "    'devices': [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}))\n"
+)
+
+
+def probe_torch(timeout: float = 120.0) -> Dict[str, Any]:
+    """Whether torch imports in this interpreter and sees CUDA (in a child process: a broken
+    CUDA install may hang or crash it)."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _TORCH_PROBE],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=timeout,
+            universal_newlines=True,
+        )
+    except subprocess.TimeoutExpired:
+        return {"imports": False, "error": "import torch took over %d s" % timeout}
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
+        return {"imports": False, "error": tail[-300:]}
+    try:
+        facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"imports": False, "error": "unexpected output: %r" % proc.stdout[-200:]}
+    facts["imports"] = True
+    return facts
 
 
 def describe_env() -> dict[str, Any]:
@@ -306,6 +386,70 @@ def run_cell(program: str) -> int:
 # ----------------------------------------------------------------------------- supervision
 
 
+_DEPLOYED_ROOTS = {"code": "code_dir", "lib": "lib_dir", "inputs": "inputs_dir"}
+
+
+def deployed_path(spec: Dict[str, Any], key: str) -> Optional[str]:
+    """The file a ``deployed`` key (``code/...``, ``lib/...``, ``inputs/...``) names, or None."""
+    prefix, _, rel = key.partition("/")
+    root = spec.get(_DEPLOYED_ROOTS.get(prefix, ""))
+    parts = rel.split("/")
+    if not root or any(p in ("", ".", "..") for p in parts):
+        return None
+    return os.path.join(root, *parts)
+
+
+def undeployed(spec: Dict[str, Any]) -> List[str]:
+    """The ``deployed`` entries of ``spec`` whose file is missing or holds other bytes."""
+    bad = []
+    for key, sha in sorted((spec.get("deployed") or {}).items()):
+        path = deployed_path(spec, key)
+        try:
+            ok = path is not None and sha256_file(path)[0] == sha
+        except OSError:
+            ok = False
+        if not ok:
+            bad.append(key)
+    return bad
+
+
+def not_deployed_message(bad: List[str]) -> str:
+    """What the watcher shows when deployed files differ from what was sent."""
+    names = ", ".join(bad[:5]) + (", ..." if len(bad) > 5 else "")
+    return (
+        "NOT DEPLOYED: %d file(s) differ from what was sent (%s); nothing was run. Launch again "
+        "to re-send them." % (len(bad), names)
+    )
+
+
+def record_not_deployed(control: str, message: str) -> None:
+    """``error.json`` (kind ``not_deployed``) and ``exit.json`` (``failed``) of a job that was
+    never started. The bundle's ``__main__.py`` writes the same records the same way."""
+    now = _now()
+    write_json_atomic(
+        os.path.join(control, "error.json"),
+        {
+            "type": "NotDeployed",
+            "kind": "not_deployed",
+            "message": message,
+            "program": None,
+            "frames": [],
+            "formatted": message + "\n",
+        },
+    )
+    write_json_atomic(
+        os.path.join(control, "exit.json"),
+        {
+            "exit_code": None,
+            "signal": None,
+            "state": "failed",
+            "agent_signals": [],
+            "started_at": now,
+            "ended_at": now,
+        },
+    )
+
+
 class Supervisor:
     """Runs the job process, heartbeats, forwards signals, records the end."""
 
@@ -392,8 +536,27 @@ class Supervisor:
             return "preempted"
         return "failed"
 
+    def drop_secrets(self) -> None:
+        """Delete the secrets file (a relaunch sends the secrets again)."""
+        if os.path.exists(self.path("secrets.json")):
+            os.unlink(self.path("secrets.json"))
+
+    def refuse_undeployed(self) -> bool:
+        """True (and the job recorded failed, never started) when deployed != intended."""
+        bad = undeployed(self.spec)
+        if not bad:
+            return False
+        self.drop_secrets()
+        message = not_deployed_message(bad)
+        sys.stderr.write("agent: %s\n" % message)
+        record_not_deployed(self.control, message)
+        self.status(state="failed", ended_at=_now(), exit_code=None)
+        return True
+
     def run(self) -> int:
         self.started_at = _now()
+        if self.refuse_undeployed():
+            return 1
         for name in _FORWARDED:
             signal.signal(getattr(signal, name), self.on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -433,8 +596,7 @@ class Supervisor:
             time.sleep(min(0.05, interval))
         log.close()
         env_thread.join(60)  # provenance of a short job must not be lost to its quick end
-        if os.path.exists(self.path("secrets.json")):
-            os.unlink(self.path("secrets.json"))  # a relaunch sends them again
+        self.drop_secrets()
         state = self.final_state(rc)
         manifest = build_manifest(
             {"outputs": self.spec["out_dir"], "checkpoints": self.spec["ckpt_dir"]}
@@ -461,24 +623,6 @@ class Supervisor:
             write_json_atomic(self.path("env.json"), describe_env())
         except Exception as exc:  # noqa: BLE001 - provenance is best effort, and says so
             write_json_atomic(self.path("env.json"), {"error": repr(exc)})
-
-
-def store_secrets(path: str) -> int:
-    """Write the secrets read from stdin to ``path`` (0600 from creation, atomic rename).
-
-    Secrets arrive on stdin so they never show in a command line, an environment or a log.
-    """
-    data = sys.stdin.buffer.read()
-    json.loads(data.decode())  # refuse anything that is not the JSON object rgt sends
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, ".secrets.tmp-%d" % os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return 0
 
 
 def _object_path(objdir: str, sha: str) -> str:
@@ -571,9 +715,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "cell" and len(rest) == 1:
         return run_cell(rest[0])
     if cmd == "manifest":
-        roots = dict(item.split("=", 1) for item in rest)
-        sys.stdout.write(json.dumps(build_manifest(roots)))
-        return 0
+        return manifest_command(rest)
     if cmd == "audit":
         sys.stdout.write(json.dumps(audit(rest)))
         return 0
@@ -581,8 +723,6 @@ def main(argv: list[str] | None = None) -> int:
         return have(rest[0])
     if cmd == "materialize" and len(rest) == 2:
         return materialize(rest[0], rest[1])
-    if cmd == "secrets" and len(rest) == 1:
-        return store_secrets(rest[0])
     if cmd == "env":
         sys.stdout.write(json.dumps(describe_env()))
         return 0

@@ -1,17 +1,21 @@
-"""Prepare, ship and start a job: smoke, versioned code dir, agent, registry, launcher."""
+"""Prepare, ship and start a job: smoke, versioned code dir, launch bundle, registry, launcher."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pickle
 import re
 import secrets
+import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ from .status import observe
 from .transport import Transport, get_transport
 
 CELL_PROGRAM = "rgt_cell.py"
-_HERE = Path(__file__).resolve().parent  # job.py and agent.py are shipped from here
+_HERE = Path(__file__).resolve().parent  # agent.py, job.py, bundle_main.py are shipped from here
 _LIB_INIT = '"""rgt_jupyter, as shipped beside a job: only the job-side API (rgt_jupyter.job)."""\n'
 _GPUS_RE = re.compile(r"all|none|\d+(,\d+)*")
 
@@ -176,82 +180,53 @@ def push_files(
     raise LaunchError(f"objects kept arriving damaged on {transport.host}: {missing[:3]}")
 
 
-def ship(
-    transport: Transport,
-    control: str,
-    req: LaunchRequest,
-    pushed: list[tuple[Path, str]],
-    inputs: dict[str, bytes],
-    python: str,
-    objects: str,
-) -> tuple[dict[str, str], dict[str, str]]:
-    """Write the agent, program, pushed files (via the object store ``objects``), inputs and the
-    job API under ``control``.
-
-    Returns the paths and, for every file sent, its sha256 (``code/...``, ``lib/...``,
-    ``inputs/...``): what the remote must hold for the launch to go ahead.
-    """
-    code, lib, inputs_dir = f"{control}/code", f"{control}/lib", f"{control}/inputs"
-    sent: dict[str, str] = {}
-
-    def write(prefix: str, rel: str, data: bytes, mode: int = 0o644) -> None:
-        transport.write_bytes(f"{control}/{prefix}/{rel}", data, mode=mode)
-        sent[f"{prefix}/{rel}"] = hashlib.sha256(data).hexdigest()
-
-    def put(prefix: str, rel: str, local: Path) -> None:
-        transport.put(local, f"{control}/{prefix}/{rel}")
-        sent[f"{prefix}/{rel}"] = sha256_file(str(local))[0]
-
-    transport.makedirs(code)
-    transport.makedirs(inputs_dir)
-    transport.put(_HERE / "agent.py", f"{control}/agent.py")
-    write("code", req.program_name, req.program.encode())
-    for rel, sha in push_files(transport, python, control, objects, pushed).items():
-        sent[f"code/{rel}"] = sha
+def job_files(req: LaunchRequest, inputs: dict[str, bytes]) -> dict[str, bytes]:
+    """The files a job needs besides its pushed ones, named relative to its control dir: the
+    program (``code/``), the serialized ``--inputs`` (``inputs/``) and the job API (``lib/``)."""
+    files = {f"code/{req.program_name}": req.program.encode()}
     for fname, data in inputs.items():
-        write("inputs", fname, data, mode=0o600)
-    write("lib", "rgt_jupyter/__init__.py", _LIB_INIT.encode())
-    put("lib", "rgt_jupyter/job.py", _HERE / "job.py")
-    paths = {
+        files[f"inputs/{fname}"] = data
+    files["lib/rgt_jupyter/__init__.py"] = _LIB_INIT.encode()
+    files["lib/rgt_jupyter/job.py"] = (_HERE / "job.py").read_bytes()
+    return files
+
+
+def job_paths(control: str, program_name: str) -> dict[str, str]:
+    """Where a job's code, job API and inputs live under its control dir."""
+    code = f"{control}/code"
+    return {
         "code_dir": code,
-        "lib_dir": lib,
-        "inputs_dir": inputs_dir,
-        "program": f"{code}/{req.program_name}",
+        "lib_dir": f"{control}/lib",
+        "inputs_dir": f"{control}/inputs",
+        "program": f"{code}/{program_name}",
     }
-    return paths, sent
 
 
-def verify_deployed(
-    transport: Transport,
-    python: str,
-    control: str,
-    paths: dict[str, str],
-    expected: dict[str, str],
-) -> None:
-    """Hash what is on the remote (one command through the agent) and compare it with what was
-    sent: deployed must equal intended, or nothing is launched."""
-    argv = [
-        python,
-        f"{control}/agent.py",
-        "manifest",
-        f"code={paths['code_dir']}",
-        f"lib={paths['lib_dir']}",
-        f"inputs={paths['inputs_dir']}",
-    ]
-    result = transport.exec(argv, timeout=600)
-    if result.returncode != 0:
-        raise LaunchError(
-            f"could not run the agent with {python!r} on {transport.host} (exit "
-            f"{result.returncode}): {result.stderr.decode(errors='replace')[-1000:]}\n"
-            "The job needs Python 3.8+ there: pass --python PATH (or set `python` in the profile)."
-        )
-    found = {k: v["sha256"] for k, v in json.loads(result.stdout)["files"].items()}
-    bad = sorted(k for k, sha in expected.items() if found.get(k) != sha)
-    if bad:
-        raise LaunchError(
-            f"NOT DEPLOYED: {len(bad)} file(s) on {transport.host} differ from what was sent "
-            f"({', '.join(bad[:5])}); nothing was launched. Launch again to re-send them."
-        )
+def member_mode(name: str) -> int:
+    """File mode of a bundle member where it lands: the inputs and the secrets are private."""
+    return 0o600 if name.startswith("inputs/") or name == "secrets.json" else 0o644
+
+
+def ship(files: dict[str, bytes], spec: dict[str, Any], secret_values: dict[str, str]) -> bytes:
+    """The launch bundle: one zip (members stored, named relative to the control dir) with the
+    unpacking ``__main__.py``, ``agent.py``, ``files``, ``launch.json`` (``spec``) and, when there
+    are secrets, ``secrets.json``. It travels as the stdin of the one launch command, so the
+    secrets never show in a command line, an environment or a log."""
+    members = {
+        "__main__.py": (_HERE / "bundle_main.py").read_bytes(),
+        "agent.py": (_HERE / "agent.py").read_bytes(),
+        **files,
+        "launch.json": json.dumps(spec, indent=1).encode(),
+    }
+    if secret_values:
+        members["secrets.json"] = json.dumps(secret_values).encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, data in members.items():
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = (stat.S_IFREG | member_mode(name)) << 16
+            zf.writestr(info, data)
+    return buf.getvalue()
 
 
 def read_secrets(names: list[str]) -> dict[str, str]:
@@ -268,29 +243,22 @@ def read_secrets(names: list[str]) -> dict[str, str]:
     return values
 
 
-def send_secrets(transport: Transport, python: str, control: str, values: dict[str, str]) -> None:
-    """Store secrets in ``<control>/secrets.json`` (0600) through the agent's stdin."""
-    if not values:
-        return
-    argv = [python, f"{control}/agent.py", "secrets", f"{control}/secrets.json"]
-    result = transport.exec(argv, stdin=json.dumps(values).encode(), timeout=60)
-    if result.returncode != 0:
-        raise LaunchError(
-            f"could not store the secrets on {transport.host} (exit "
-            f"{result.returncode}); nothing was launched"
-        )
+def audit_cache(profile: Profile, transport: Transport, project: Path) -> Path:
+    """Where the audit of the profile's host is kept."""
+    return project / ".rgt" / "audit" / f"{profile.name}-{transport.host}.json"
 
 
 def audit_host(
     transport: Transport, python: str, control: str, profile: Profile, project: Path, home: str
 ) -> dict[str, Any]:
-    """Phase-0 audit, once per host and project (cached in ``.rgt/audit/``), in one command.
+    """Phase-0 audit, once per host and project (cached in ``.rgt/audit/``), in one command
+    (``<control>/agent.py`` must be in place unless it is cached).
 
     Findings are disclosed, not blocking, except a durable dir that cannot be written.
     """
     from .fsutil import atomic_write_bytes
 
-    cache = project / ".rgt" / "audit" / f"{profile.name}-{transport.host}.json"
+    cache = audit_cache(profile, transport, project)
     if cache.exists():
         report: dict[str, Any] = json.loads(cache.read_text())
         return report
@@ -298,7 +266,9 @@ def audit_host(
         profile.expand(d, project, home)
         for d in (profile.durable_dir, profile.scratch_dir, profile.workdir)
     ]
-    result = transport.exec([python, f"{control}/agent.py", "audit", *dirs], timeout=300)
+    # Importing torch there can take seconds: RGT_AUDIT_TORCH=0 leaves it to the job's own record.
+    probe = [] if os.environ.get("RGT_AUDIT_TORCH", "1").strip() in ("1", "") else ["--no-torch"]
+    result = transport.exec([python, f"{control}/agent.py", "audit", *probe, *dirs], timeout=300)
     if result.returncode != 0:
         raise LaunchError(
             f"the audit of {transport.host} failed with {python!r} (exit {result.returncode}): "
@@ -341,18 +311,51 @@ def audit_findings(facts: dict[str, Any], durable: str) -> list[str]:
         found.append(f"the cgroup has already had {facts['cgroup']['oom_kill']} OOM kill(s)")
     if facts.get("nvidia_smi") is None:
         found.append("no NVIDIA GPU visible (nvidia-smi is absent)")
+    torch = facts.get("torch")
     if not facts.get("torch_installed"):
         found.append(f"torch is not installed for {facts['executable']}")
+    elif torch is not None and not torch.get("imports"):
+        found.append(f"torch does not import with {facts['executable']}: {torch.get('error')}")
+    elif torch is not None and facts.get("nvidia_smi") is not None and not torch["cuda_available"]:
+        found.append(
+            f"torch {torch['version']} does not see CUDA although nvidia-smi sees a GPU "
+            "(a CPU-only torch build, or a driver/CUDA mismatch)"
+        )
+    elif torch is not None:
+        found.append(
+            f"torch {torch['version']}, "
+            + (
+                f"CUDA {torch['cuda_version']}, {torch['device_count']} GPU(s)"
+                if torch["cuda_available"]
+                else "no CUDA"
+            )
+        )
     free = facts["disks"][durable].get("bytes_free")
     if free is not None:
         found.append(f"durable dir: {free / gib:.1f} GiB free")
     return found
 
 
+def _write_locally(
+    root: str, files: dict[str, bytes], pushed: list[tuple[Path, str]], secrets: dict[str, str]
+) -> None:
+    """Lay out a job's files under ``root`` on this machine (the smoke run's control dir)."""
+    from .fsutil import atomic_write_bytes
+
+    for name, data in files.items():
+        atomic_write_bytes(f"{root}/{name}", data, member_mode(name))
+    for local, rel in pushed:
+        dest = Path(root, "code", rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, dest)
+    if secrets:
+        atomic_write_bytes(f"{root}/secrets.json", json.dumps(secrets).encode(), 0o600)
+
+
 def run_smoke(
     req: LaunchRequest,
+    files: dict[str, bytes],
     pushed: list[tuple[Path, str]],
-    inputs: dict[str, bytes],
     env: dict[str, str],
     secrets: dict[str, str],
 ) -> None:
@@ -360,13 +363,9 @@ def run_smoke(
 
     Raises :class:`SmokeFailed` (with the traceback, in the cell's line numbers) when it fails.
     """
-    from .transport.local import LocalTransport
-
     with tempfile.TemporaryDirectory(prefix="rgt-smoke-") as tmp:
-        paths, _ = ship(
-            LocalTransport(), tmp, req, pushed, inputs, sys.executable, f"{tmp}/.objects"
-        )
-        send_secrets(LocalTransport(), sys.executable, tmp, secrets)
+        paths = job_paths(tmp, req.program_name)
+        _write_locally(tmp, files, pushed, secrets)
         run_env = dict(os.environ)
         run_env.update(env)
         for name in secrets:
@@ -385,7 +384,7 @@ def run_smoke(
             }
         )
         run_env.pop("RGT_RESUME", None)
-        argv = [sys.executable, f"{tmp}/agent.py", "cell", paths["program"]]
+        argv = [sys.executable, str(_HERE / "agent.py"), "cell", paths["program"]]
         try:
             proc = subprocess.run(
                 argv,
@@ -429,9 +428,70 @@ def _gpus_env(gpus: str | None) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": "" if gpus == "none" else gpus}
 
 
+@dataclass
+class _Staged:
+    """What a launch sends: the files of the bundle, where they go, and their hashes."""
+
+    files: dict[str, bytes]
+    paths: dict[str, str]
+    deployed: dict[str, str]
+    pushed: list[str]
+    inputs: list[str]
+
+
+def _stage(
+    transport: Transport,
+    req: LaunchRequest,
+    control: str,
+    python: str,
+    objects: str,
+    pushed: list[tuple[Path, str]],
+    inputs: dict[str, bytes],
+) -> _Staged:
+    """The job's files, paths and ``deployed`` hashes; ``--push`` files go ahead through the
+    object store. A resume that reuses another job's code sends none of it again."""
+    reuse = req.reuse_code_of
+    if reuse is not None:
+        paths = {k: reuse[k] for k in ("code_dir", "lib_dir", "inputs_dir", "program")}
+        return _Staged({}, paths, dict(reuse["deployed"]), reuse["pushed"], reuse["inputs"])
+    files = job_files(req, inputs)
+    deployed = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    for rel, sha in push_files(transport, python, control, objects, pushed).items():
+        deployed[f"code/{rel}"] = sha
+    paths = job_paths(control, req.program_name)
+    return _Staged(files, paths, deployed, [rel for _, rel in pushed], sorted(req.inputs))
+
+
+def _previous(registry: Registry, transport: Transport, name: str) -> dict[str, Any] | None:
+    """The job's previous row (its state refreshed), or None; refused while it still runs."""
+    try:
+        previous = registry.get(name)
+    except JobNotFound:
+        return None
+    prev_state = observe(transport, previous["spec"]).state
+    registry.set_state(previous["id"], prev_state)
+    if prev_state in ("queued", "running"):
+        raise UsageError(
+            f"job {name!r} is still {prev_state} ({previous['id']}): `%watch {name}` to follow "
+            "it, or pick another --name"
+        )
+    previous["state"] = prev_state
+    return previous
+
+
+def _check_python(python: str) -> str:
+    if not python or python.startswith("-"):
+        raise UsageError(f"--python {python!r}: give the interpreter's name or path")
+    return python
+
+
 def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     """Launch (or resume) a job; return its registry row. Nothing is created before every check
-    (name, profile, flags, paths, smoke) has passed."""
+    (name, profile, flags, paths, smoke) has passed.
+
+    Without ``--push`` (and once the host's audit is cached) the remote sees one command: the
+    launch bundle on its stdin, the agent started detached, no wait for the remote Python.
+    """
     profile: Profile = load_profile(req.profile, project)
     name = check_job_name(req.name if req.name is not None else default_name(req.program))
     host_alias = req.host or profile.host or None
@@ -444,52 +504,37 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         host_alias = None
     env = {**req.env, **_gpus_env(req.gpus)}
     reuse = req.reuse_code_of
+    python = _check_python(req.python or profile.interpreter())
     pushed = _push_entries(req.push) if reuse is None else []
     inputs = _serialize_inputs(req.inputs) if reuse is None else {}
     secret_values = read_secrets(req.secrets)
     registry = Registry(project)
     transport = get_transport(profile.transport, host_alias, project)
 
-    previous: dict[str, Any] | None
-    try:
-        previous = registry.get(name)
-    except JobNotFound:
-        previous = None
-    resume = False
-    if previous is not None:
-        prev_state = observe(transport, previous["spec"]).state
-        registry.set_state(previous["id"], prev_state)
-        if prev_state in ("queued", "running"):
-            raise UsageError(
-                f"job {name!r} is still {prev_state} ({previous['id']}): `%watch {name}` to follow "
-                "it, or pick another --name"
-            )
-        resume = prev_state in ("preempted", "failed", "lost") and not req.fresh
+    previous = _previous(registry, transport, name)
+    resume = (
+        previous is not None
+        and previous["state"] in ("preempted", "failed", "lost")
+        and not req.fresh
+    )
 
     smoke = profile.smoke_default if req.smoke is None else req.smoke
     if smoke:
-        run_smoke(req, pushed, inputs, env, secret_values)
+        files = job_files(req, inputs) if reuse is None else {}
+        run_smoke(req, files, pushed, env, secret_values)
 
-    project_str = str(project)
     lineage = previous["lineage"] if resume and previous else f"{_stamp()}-{secrets.token_hex(3)}"
     attempt = previous["attempt"] + 1 if resume and previous else 1
     job_id = f"{name}-{_stamp()}-{secrets.token_hex(2)}"
     home = transport.home()
-    control = f"{profile.expand(profile.workdir, project, home)}/{job_id}"
+    workdir = profile.expand(profile.workdir, project, home)
+    control = f"{workdir}/{job_id}"
     durable = f"{profile.expand(profile.durable_dir, project, home)}/{name}/{lineage}"
-    python = req.python or profile.interpreter()
-    if reuse is None:
-        objects = f"{profile.expand(profile.workdir, project, home)}/.objects"
-        paths, deployed = ship(transport, control, req, pushed, inputs, python, objects)
-        pushed_names, input_names = [rel for _, rel in pushed], sorted(req.inputs)
-    else:
-        deployed, pushed_names, input_names = reuse["deployed"], reuse["pushed"], reuse["inputs"]
-        paths = {k: reuse[k] for k in ("code_dir", "lib_dir", "inputs_dir", "program")}
-        transport.put(_HERE / "agent.py", f"{control}/agent.py")
+    if pushed or not audit_cache(profile, transport, project).exists():
+        transport.put(_HERE / "agent.py", f"{control}/agent.py")  # for the audit, the push
     report = audit_host(transport, python, control, profile, project, home)
-    verify_deployed(transport, python, control, paths, deployed)
-    send_secrets(transport, python, control, secret_values)
-    hash_ = code_hash(deployed)
+    staged = _stage(transport, req, control, python, f"{workdir}/.objects", pushed, inputs)
+    hash_ = code_hash(staged.deployed)
     spec: dict[str, Any] = {
         "job_id": job_id,
         "name": name,
@@ -500,12 +545,12 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         "host_alias": host_alias,
         "transport": profile.transport,
         "launcher": profile.launcher,
-        "project": project_str,
+        "project": str(project),
         "control_dir": control,
         "out_dir": f"{durable}/out",
         "ckpt_dir": f"{durable}/ckpt",
         "python": python,
-        "cwd": paths["code_dir"],
+        "cwd": staged.paths["code_dir"],
         "env": env,
         "resume": resume,
         "grace_s": req.grace_s if req.grace_s is not None else profile.grace_s,
@@ -513,26 +558,26 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         "line_offset": req.line_offset,
         "label": req.label,
         "code_hash": hash_,
-        "deployed": deployed,
+        "deployed": staged.deployed,
         "secret_names": sorted(secret_values),
         "audit": {
             "findings": report["findings"],
             "python": report["facts"]["python"],
             "at": report["at"],
         },
-        "pushed": pushed_names,
-        "inputs": input_names,
+        "pushed": staged.pushed,
+        "inputs": staged.inputs,
         "smoke": smoke,
         "created_at": time.time(),
         "previous_job": previous["id"] if previous else None,
         "code_changed": bool(resume and previous and previous["spec"].get("code_hash") != hash_),
-        **paths,
+        **staged.paths,
     }
-    transport.write_bytes(f"{control}/launch.json", json.dumps(spec, indent=1).encode())
+    bundle = ship(staged.files, spec, secret_values)
     registry.add_job(job_id, name, lineage, attempt, profile.name, transport.host, spec)
     launcher = get_launcher(profile.launcher)
     try:
-        record = launcher.submit(transport, python, control)
+        record = launcher.submit(transport, python, control, bundle)
     except Exception as exc:
         registry.set_state(job_id, "failed", reason=str(exc))
         raise

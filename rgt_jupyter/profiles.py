@@ -15,7 +15,7 @@ import tomllib
 from .errors import ProfileError
 
 _TRANSPORTS = ("local", "ssh")
-_LAUNCHERS = ("detached",)
+_LAUNCHERS = ("detached", "tmux")
 
 
 @dataclass(frozen=True)

@@ -49,11 +49,14 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def remote_listing(transport: Transport, spec: dict[str, Any]) -> dict[str, Any]:
-    """Hash the job's outputs and checkpoints where they live (one command through the agent)."""
+    """List the job's outputs and checkpoints with their sha256, where they live (one command
+    through the agent). Files unchanged since the end-of-job manifest (same size, mtime, ctime
+    and inode) keep its hash; every other file is read and hashed now."""
     argv = [
         spec["python"],
         f"{spec['control_dir']}/agent.py",
         "manifest",
+        f"--reuse={spec['control_dir']}/manifest.json",
         f"outputs={spec['out_dir']}",
         f"checkpoints={spec['ckpt_dir']}",
     ]
@@ -169,11 +172,18 @@ def validate_listing(files: dict[str, dict[str, Any]], refused: list[str]) -> No
         )
 
 
-def _fetch(transport: Transport, src: str, dest: Path, size: int) -> tuple[str, int, int]:
+def _fetch(
+    transport: Transport,
+    src: str,
+    dest: Path,
+    size: int,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[str, int, int]:
     """Bring ``src`` to ``dest.part``, resuming from a part an interrupted pull left behind.
 
     Returns (sha256, size, bytes sent over the transport now). The part's bytes are re-hashed
-    before they are trusted; a part longer than the source is discarded.
+    before they are trusted; a part longer than the source is discarded. ``progress`` hears the
+    bytes of this file in hand after every chunk.
     """
     part = dest.with_name(dest.name + ".part")
     part.parent.mkdir(parents=True, exist_ok=True)
@@ -185,14 +195,18 @@ def _fetch(transport: Transport, src: str, dest: Path, size: int) -> tuple[str, 
                 sha.update(chunk)
                 have += len(chunk)
     sent = 0
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
     with transport.open_read(src, offset=have) as fin, open(part, "ab" if have else "wb") as out:
         while True:
-            chunk = fin.read(1 << 20)
-            if not chunk:
+            count = fin.readinto(view)
+            if not count:
                 break
-            sha.update(chunk)
-            sent += len(chunk)
-            out.write(chunk)
+            sha.update(view[:count])
+            sent += count
+            out.write(view[:count])
+            if progress is not None:
+                progress(have + sent)
         out.flush()
         os.fsync(out.fileno())
     return sha.hexdigest(), have + sent, sent
@@ -207,6 +221,12 @@ def _judge(
     recorded: str | None,
 ) -> tuple[str | None, str]:
     """Why the bytes that arrived cannot be trusted (None when they can), and what was expected."""
+    if (got != entry["sha256"] or size != int(entry["size"])) and entry.get("reused"):
+        return (
+            "altered or truncated at the source after the job wrote it (its bytes differ from "
+            "the end-of-job manifest)",
+            entry["sha256"],
+        )
     if got != entry["sha256"] or size != int(entry["size"]):
         return "changed at the source during the pull (still being written?)", entry["sha256"]
     if end_manifest is not None and rel not in end_manifest:
@@ -220,6 +240,16 @@ def _judge(
     if recorded is not None and recorded != got:
         return "does not match the sha256 recorded when it was saved", recorded
     return None, got
+
+
+def _file_progress(
+    on_progress: ProgressFn | None, before: int, total: int, rel: str
+) -> Callable[[int], None] | None:
+    """Progress within one file, reported as progress of the whole pull."""
+    if on_progress is None:
+        return None
+    report = on_progress
+    return lambda in_file: report(before + in_file, total, rel)
 
 
 def transfer(
@@ -249,7 +279,13 @@ def transfer(
             got, size = entry["sha256"], int(entry["size"])  # verified by an earlier attempt
         else:
             try:
-                got, size, sent = _fetch(transport, src, dest, int(entry["size"]))
+                got, size, sent = _fetch(
+                    transport,
+                    src,
+                    dest,
+                    int(entry["size"]),
+                    _file_progress(on_progress, done, total, rel),
+                )
             except FileNotFoundError:
                 mismatches.append({"path": rel, "reason": "vanished at the source during the pull"})
                 continue

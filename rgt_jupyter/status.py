@@ -136,7 +136,7 @@ def observe(transport: Transport, spec: dict[str, Any], log_lines: int = 12) -> 
             exit_rec = _json(transport, f"{control}/exit.json")
             if exit_rec is None and _json(transport, f"{control}/status.json") is None:
                 snap.state = "lost"
-                snap.diagnosis = f"the agent never reported; see {control}/agent.log"
+                snap.diagnosis = agent_never_reported(transport, control)
     if status is not None:
         snap.started_at = status.get("started_at")
     if exit_rec is not None:
@@ -162,8 +162,24 @@ def observe(transport: Transport, spec: dict[str, Any], log_lines: int = 12) -> 
     return snap
 
 
+def agent_never_reported(transport: Transport, control: str, lines: int = 6) -> str:
+    """Why a job whose agent died before its first report is lost: the end of ``agent.log``
+    (where the interpreter wrote why it could not start), when it can be read."""
+    where = f"{control}/agent.log"
+    try:
+        tail = clean_log(transport.tail(where, 4096), lines)
+    except OSError:
+        tail = []
+    tail = [line for line in tail if line.strip()]
+    if not tail:
+        return f"the agent never reported; see {where}"
+    return f"the agent never reported; {where} ends with: " + " | ".join(tail)
+
+
 def diagnose_failure(snap: Snapshot) -> str:
     """A one-line diagnosis of a failed job, from its exit record and error record."""
+    if snap.error is not None and snap.error.get("kind") == "not_deployed":
+        return str(snap.error.get("message"))
     if snap.error is not None:
         return f"Python exception in the job: {snap.error.get('type')}: {snap.error.get('message')}"
     if snap.signal == "SIGKILL" or snap.exit_code == 137:

@@ -9,12 +9,17 @@ import sys
 if sys.version_info < (3, 10):
     sys.exit(f"rgt-jupyter needs Python 3.10+, found {sys.version.split()[0]}")
 PYV
-# The SSH tests run against a real OpenSSH server on 127.0.0.1.
-if [ ! -x /usr/sbin/sshd ]; then
+# The tests run against real parts: an OpenSSH server on 127.0.0.1 (and its client), tmux for the
+# tmux launcher.
+need=()
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh >/dev/null || need+=(openssh-client)
+command -v tmux >/dev/null || need+=(tmux)
+if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   else
-    echo "note: /usr/sbin/sshd is missing; the SSH tests need openssh-server installed" >&2
+    echo "note: ${need[*]} missing; the tests need them installed" >&2
   fi
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv

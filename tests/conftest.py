@@ -30,6 +30,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for key in [k for k in os.environ if k.startswith("RGT_")]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("RGT_PROJECT", str(proj))
+    # Importing torch in every new project's host audit would cost seconds a test; the audit
+    # tests turn the probe back on.
+    monkeypatch.setenv("RGT_AUDIT_TORCH", "0")
     monkeypatch.chdir(proj)
     try:
         yield proj

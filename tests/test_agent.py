@@ -20,7 +20,7 @@ from rgt_jupyter.launch import LaunchRequest, launch
 from .conftest import control_json, pid_alive, wait_for
 
 PKG = Path(rgt_jupyter.__file__).parent
-SHIPPED = ["agent.py", "job.py"]
+SHIPPED = ["agent.py", "job.py", "bundle_main.py"]
 
 
 def python38() -> str:

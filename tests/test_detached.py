@@ -162,3 +162,67 @@ def test_job_outlives_killed_kernel_and_new_kernel_pulls_it(tmp_path: Path, proj
     finally:
         _shutdown(km1, kc1)
         _shutdown(km2, kc2)
+
+
+def test_tmux_launcher_shows_the_log_in_a_session_the_job_does_not_need(
+    project: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """``launcher = "tmux"``: a tmux session named after the job shows its log live (attach to
+    watch); the job runs detached as ever, so killing the tmux server mid-run does not stop it."""
+    import subprocess
+
+    from rgt_jupyter.launch import LaunchRequest, launch
+    from rgt_jupyter.launcher import TmuxLauncher
+
+    monkeypatch.setenv("TMUX_TMPDIR", str(tmp_path))  # a tmux server of this test's own
+    profiles = project / ".rgt" / "profiles"
+    profiles.mkdir(parents=True, exist_ok=True)
+    builtin = (Path(__file__).parent.parent / "profiles" / "local.toml").read_text()
+    (profiles / "tm.toml").write_text(
+        builtin.replace('name = "local"', 'name = "tm"').replace(
+            'launcher = "detached"', 'launcher = "tmux"'
+        )
+    )
+    program = (
+        "import time, rgt_jupyter.job as job\n"
+        "print('hello from the job', flush=True)\n"
+        "time.sleep(4)\n"
+        "job.save_results({'done': True})\n"
+    )
+    request = LaunchRequest(program=program, name="in.tmux", profile="tm")
+    job = Job(launch(request, project), project)
+    session = TmuxLauncher.session(job.spec["control_dir"])
+    assert session == f"rgt-{job.id.replace('.', '_')}"
+
+    def pane() -> str:
+        shown = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", f"={session}:"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return shown.stdout
+
+    wait_for(lambda: "hello from the job" in pane(), 30)
+    subprocess.run(["tmux", "kill-server"], check=True)
+    assert job.wait(60) == "finished", job.log()
+    assert job.pull().results == {"done": True}
+    # A second job: its session closes by itself once the job has ended.
+    second = Job(launch(LaunchRequest(program="print(1)\n", profile="tm"), project), project)
+    assert second.wait(60) == "finished"
+    wait_for(
+        lambda: (
+            subprocess.run(
+                [
+                    "tmux",
+                    "has-session",
+                    "-t",
+                    f"={TmuxLauncher.session(second.spec['control_dir'])}",
+                ],
+                capture_output=True,
+                check=False,
+            ).returncode
+            != 0
+        ),
+        10,
+    )

@@ -3,21 +3,34 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import shlex
+import shutil
 import sqlite3
+import struct
 import subprocess
 import sys
+import time
+import zipfile
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import rgt_jupyter
 from rgt_jupyter.api import Job
 from rgt_jupyter.launch import LaunchRequest, launch
 from rgt_jupyter.launcher import DetachedLauncher
 from rgt_jupyter.profiles import ProfileError, load_profile, parse_profile
 
+from .conftest import control_json
+
 GOLDEN = Path(__file__).parent / "golden"
+PKG = Path(rgt_jupyter.__file__).parent
 
 
 def rgt(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -171,15 +184,67 @@ def test_profiles(project: Path, tmp_path: Path) -> None:
     assert load_profile("mine", project).smoke_default
 
 
+def _member_data(bundle: bytes, name: str) -> int:
+    """Offset of the first byte of member ``name``'s data inside a (stored) zip."""
+    with zipfile.ZipFile(io.BytesIO(bundle)) as zf:
+        info = zf.getinfo(name)
+    assert info.compress_type == zipfile.ZIP_STORED
+    start = info.header_offset
+    name_len, extra_len = struct.unpack("<HH", bundle[start + 26 : start + 30])
+    return start + 30 + name_len + extra_len
+
+
+def _rezip(bundle: bytes, name: str, change: Callable[[bytes], bytes]) -> bytes:
+    """The bundle with member ``name`` replaced by ``change(data)``: a consistent zip (CRCs
+    right) whose content differs from what ``launch.json``'s ``deployed`` says."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(bundle)) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info, change(data) if info.filename == name else data)
+    return out.getvalue()
+
+
+def _tamper_launches(monkeypatch: pytest.MonkeyPatch, tamper: Callable[[bytes], bytes]) -> None:
+    """Every launch command's stdin (the bundle) goes through ``tamper`` on its way."""
+    from rgt_jupyter.transport.local import LocalTransport
+
+    real_exec = LocalTransport.exec
+
+    def exec_(self: LocalTransport, argv: list[str], **kwargs: Any) -> Any:
+        if argv[:2] == ["sh", "-c"] and kwargs.get("stdin"):
+            kwargs["stdin"] = tamper(kwargs["stdin"])
+        return real_exec(self, argv, **kwargs)
+
+    monkeypatch.setattr(LocalTransport, "exec", exec_)
+
+
+def _not_deployed(job: Job, sentinel: Path) -> str:
+    """The job ended failed without running a line of the program; its diagnosis."""
+    assert job.wait(60) == "failed"
+    snap = job.snapshot()
+    assert snap.diagnosis is not None and snap.diagnosis.startswith("NOT DEPLOYED"), snap
+    assert not sentinel.exists()
+    control = Path(job.spec["control_dir"])
+    assert not (control / "bundle.zip").exists() and not (control / "log").exists()
+    assert "NOT DEPLOYED" in "\n".join(job.traceback() or [])
+    return snap.diagnosis
+
+
+def _sentinel_program(sentinel: Path) -> str:
+    return f"open({str(sentinel)!r}, 'w').write('ran')\n"
+
+
 def test_deployed_must_equal_intended(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What lands different from what was sent blocks the launch; nothing is registered."""
+    """A push that keeps arriving damaged blocks the launch; a bundle damaged on the way ends the
+    job failed (NOT DEPLOYED) before a line of it runs; a clean launch then goes through."""
     from rgt_jupyter.errors import LaunchError
     from rgt_jupyter.registry import Registry
     from rgt_jupyter.transport.local import LocalTransport
 
     data = project / "weights.bin"
     data.write_bytes(b"\x00" * 4096)
-    real_put, real_write = LocalTransport.put, LocalTransport.write_bytes
+    real_put = LocalTransport.put
 
     def torn_put(self: LocalTransport, local: Path, remote: str) -> None:
         real_put(self, local, remote)
@@ -187,21 +252,27 @@ def test_deployed_must_equal_intended(project: Path, monkeypatch: pytest.MonkeyP
             with open(remote, "r+b") as fh:  # every upload of the object arrives short
                 fh.truncate(1000)
 
-    def torn_write(self: LocalTransport, path: str, data: bytes, mode: int = 0o644) -> None:
-        real_write(self, path, data[:-3] if path.endswith("rgt_cell.py") else data, mode)
-
-    request = LaunchRequest(program="print(1)\n", name="torn", push=[str(data)])
+    sentinel = project / "ran"
+    request = LaunchRequest(program=_sentinel_program(sentinel), name="torn", push=[str(data)])
     monkeypatch.setattr(LocalTransport, "put", torn_put)
     with pytest.raises(LaunchError, match="damaged"):
         launch(request, project)
-    monkeypatch.setattr(LocalTransport, "put", real_put)
-    monkeypatch.setattr(LocalTransport, "write_bytes", torn_write)
-    with pytest.raises(LaunchError, match="NOT DEPLOYED.*code/rgt_cell.py"):
-        launch(request, project)
     assert Registry(project).jobs() == []
-    monkeypatch.setattr(LocalTransport, "write_bytes", real_write)
+    monkeypatch.setattr(LocalTransport, "put", real_put)
+
+    def flip(bundle: bytes) -> bytes:
+        at = _member_data(bundle, "code/rgt_cell.py")
+        return bundle[:at] + bytes([bundle[at] ^ 0x20]) + bundle[at + 1 :]
+
+    real_exec = LocalTransport.exec
+    _tamper_launches(monkeypatch, flip)
+    damaged = Job(launch(request, project), project)
+    diagnosis = _not_deployed(damaged, sentinel)
+    assert diagnosis.startswith("NOT DEPLOYED: the launch bundle arrived damaged"), diagnosis
+    assert not (Path(damaged.spec["code_dir"]) / "rgt_cell.py").exists()
+    monkeypatch.setattr(LocalTransport, "exec", real_exec)
     job = Job(launch(request, project), project)
-    assert job.wait(60) == "finished"
+    assert job.wait(60) == "finished" and sentinel.read_text() == "ran"
     assert job.spec["deployed"]["code/weights.bin"] == hashlib.sha256(data.read_bytes()).hexdigest()
     assert set(job.spec["deployed"]) >= {
         "code/rgt_cell.py",
@@ -210,7 +281,228 @@ def test_deployed_must_equal_intended(project: Path, monkeypatch: pytest.MonkeyP
     }
 
 
-def test_phase0_audit_is_recorded_once_and_disclosed(project: Path) -> None:
+def test_the_agent_checks_deployed_against_intended_before_the_job(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files that land intact as a zip but differ from what launch.json says was sent (and a
+    pushed file missing) stop the agent before the job process starts."""
+    from rgt_jupyter.transport.local import LocalTransport
+
+    sentinel = project / "ran"
+    data = project / "data.txt"
+    data.write_text("v1")
+    request = LaunchRequest(program=_sentinel_program(sentinel), name="diff", push=[str(data)])
+    real_exec = LocalTransport.exec
+
+    def exec_(self: LocalTransport, argv: list[str], **kwargs: Any) -> Any:
+        if argv[:2] == ["sh", "-c"] and kwargs.get("stdin"):
+            Path(argv[4], "code", "data.txt").unlink()  # the pushed copy vanishes meanwhile
+            kwargs["stdin"] = _rezip(
+                kwargs["stdin"], "code/rgt_cell.py", lambda b: b.replace(b"'ran'", b"'RAN'")
+            )
+        return real_exec(self, argv, **kwargs)
+
+    monkeypatch.setattr(LocalTransport, "exec", exec_)
+    job = Job(launch(request, project), project)
+    diagnosis = _not_deployed(job, sentinel)
+    assert diagnosis == (
+        "NOT DEPLOYED: 2 file(s) differ from what was sent (code/data.txt, code/rgt_cell.py); "
+        "nothing was run. Launch again to re-send them."
+    )
+    control = Path(job.spec["control_dir"])
+    exit_rec = json.loads((control / "exit.json").read_text())
+    assert exit_rec["state"] == "failed" and exit_rec["exit_code"] is None
+
+
+def test_resume_with_altered_stored_code_is_not_deployed(project: Path) -> None:
+    """A resume reuses the stored program byte-identical; if it changed since, nothing runs."""
+    sentinel = project / "ran"
+    program = (
+        "import rgt_jupyter.job as job\n"
+        "if not job.is_resume():\n"
+        "    raise RuntimeError('first attempt')\n" + _sentinel_program(sentinel)
+    )
+    first = Job(launch(LaunchRequest(program=program, name="alt"), project), project)
+    assert first.wait(60) == "failed"
+    stored = Path(first.spec["program"])
+    stored.write_text(stored.read_text() + "# edited by hand\n")
+    again = first.resume()
+    assert again.spec["code_dir"] == first.spec["code_dir"]
+    assert "(code/rgt_cell.py)" in _not_deployed(again, sentinel)
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, cls: type) -> Counter[str]:
+    """Calls of the transport's remote operations (exec, writes, puts, dirs), counted."""
+    calls: Counter[str] = Counter()
+    for method in ("exec", "put", "write_bytes", "makedirs"):
+        real = getattr(cls, method)
+
+        def counted(self: Any, *args: Any, _real: Any = real, _m: str = method, **kw: Any) -> Any:
+            calls[_m] += 1
+            return _real(self, *args, **kw)
+
+        monkeypatch.setattr(cls, method, counted)
+    return calls
+
+
+def test_a_launch_is_one_command(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the host's audit is cached, a launch without --push is one exec and nothing else;
+    the pid it reports is the agent's, which has its own session."""
+    from rgt_jupyter.transport.local import LocalTransport
+
+    warm = Job(launch(LaunchRequest(program="print(0)\n", name="warm"), project), project)
+    calls = _count_calls(monkeypatch, LocalTransport)
+    program = "import time\ntime.sleep(1)\nprint(x)\n"
+    job = Job(
+        launch(LaunchRequest(program=program, name="one", inputs={"x": [1]}), project), project
+    )
+    assert calls == {"exec": 1}
+    pid = job.spec["agent_pid"]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    assert int(fields[3]) == pid  # setsid ran in place: the pid is the agent, a session leader
+    assert job.wait(60) == "finished" and job.log().strip() == "[1]"
+    assert control_json(job, "status.json")["agent_pid"] == pid  # type: ignore[index]
+    assert warm.wait(60) == "finished"
+    calls.clear()
+    data = project / "d.txt"
+    data.write_text("d")
+    pushed = Job(
+        launch(
+            LaunchRequest(program="print(open('d.txt').read())\n", name="p", push=[str(data)]),
+            project,
+        ),
+        project,
+    )
+    assert calls["exec"] == 3  # have, materialize, the launch
+    assert pushed.wait(60) == "finished" and pushed.log().strip() == "d"
+
+
+def test_launch_returns_before_the_remote_python_starts(project: Path, tmp_path: Path) -> None:
+    slow = tmp_path / "slow python"
+    slow.write_text(f'#!/bin/sh\nsleep 2\nexec {shlex.quote(sys.executable)} "$@"\n')
+    slow.chmod(0o755)
+    Job(launch(LaunchRequest(program="print(0)\n", name="audit"), project), project).wait(60)
+    t0 = time.monotonic()
+    row = launch(LaunchRequest(program="print('late')\n", name="slow", python=str(slow)), project)
+    assert time.monotonic() - t0 < 1.5
+    job = Job(row, project)
+    assert job.snapshot().state == "queued"
+    assert job.wait(60) == "finished" and job.log().strip() == "late"
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes()
+        except OSError:
+            continue
+        if text.encode() in args:
+            found.append(args.decode(errors="replace"))
+    return found
+
+
+def test_a_missing_interpreter_is_a_launch_error(project: Path) -> None:
+    from rgt_jupyter.errors import LaunchError
+
+    Job(launch(LaunchRequest(program="print(0)\n", name="audit"), project), project).wait(60)
+    request = LaunchRequest(program="print(1)\n", name="nopy", python="/nonexistent/python3")
+    with pytest.raises(LaunchError, match="--python PATH") as info:
+        launch(request, project)
+    assert "/nonexistent/python3" in str(info.value)
+    job = Job.from_registry("nopy", project)
+    assert job._row["state"] == "failed"
+    control = job.spec["control_dir"]
+    assert not Path(control).exists()  # nothing was written, the bundle included
+    assert _processes_mentioning(control) == []
+
+
+def test_an_interpreter_that_cannot_start_is_lost_with_its_words(
+    project: Path, tmp_path: Path
+) -> None:
+    """The agent never reports: the job is lost, and the diagnosis quotes agent.log."""
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'fatal: this interpreter is broken' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    Job(launch(LaunchRequest(program="print(0)\n", name="audit"), project), project).wait(60)
+    job = Job(
+        launch(LaunchRequest(program="print(1)\n", name="br", python=str(broken)), project), project
+    )
+    assert job.wait(30) == "lost"
+    diagnosis = job.snapshot().diagnosis or ""
+    assert "agent.log ends with" in diagnosis and "this interpreter is broken" in diagnosis
+
+
+@pytest.mark.parametrize("version", ["3.6", "3.7"])
+def test_an_old_python_fails_with_what_to_do(project: Path, version: str) -> None:
+    olds = sorted(Path("/root/.pyenv/versions").glob(f"{version}*/bin/python"))
+    if not olds:
+        pytest.skip(f"no Python {version} on this machine")
+    Job(launch(LaunchRequest(program="print(0)\n", name="audit"), project), project).wait(60)
+    job = Job(
+        launch(LaunchRequest(program="print(1)\n", name="old", python=str(olds[0])), project),
+        project,
+    )
+    assert job.wait(30) == "failed"
+    diagnosis = job.snapshot().diagnosis or ""
+    assert f"is Python {version}; the agent needs Python 3.8+" in diagnosis
+    assert "--python PATH" in diagnosis
+
+
+def test_without_setsid_the_bundle_spawns_the_agent(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine without setsid: the bundle's own spawn (double fork) starts the agent."""
+    Job(launch(LaunchRequest(program="print(0)\n", name="audit"), project), project).wait(60)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("sh", "cat", "mkdir"):
+        found = shutil.which(tool)
+        assert found is not None
+        (bindir / tool).symlink_to(found)
+    with monkeypatch.context() as patch:
+        patch.setenv("PATH", str(bindir))
+        job = Job(launch(LaunchRequest(program="print('spawned')\n", name="ns"), project), project)
+    assert job.wait(60) == "finished" and job.log().strip() == "spawned"
+    status = control_json(job, "status.json")
+    assert status is not None and status["agent_pid"] == job.spec["agent_pid"]
+
+
+def _bundle_with(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        zf.writestr("__main__.py", (PKG / "bundle_main.py").read_bytes())
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "name", ["../escape.txt", "/tmp/abs.txt", "code/../../escape.txt", "link/x"]
+)
+def test_the_bundle_refuses_unsafe_member_names(tmp_path: Path, name: str) -> None:
+    control = tmp_path / "control"
+    control.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (control / "link").symlink_to(tmp_path / "elsewhere")
+    bundle = control / "bundle.zip"
+    bundle.write_bytes(_bundle_with({"agent.py": b"raise SystemExit(9)\n", name: b"x"}))
+    proc = subprocess.run(
+        [sys.executable, str(bundle), "run", str(control)], capture_output=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    error = json.loads((control / "error.json").read_text())
+    assert error["kind"] == "not_deployed" and "NOT DEPLOYED" in error["message"]
+    assert json.loads((control / "exit.json").read_text())["state"] == "failed"
+    assert not bundle.exists() and not (control / "agent.py").exists()
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    assert not (tmp_path / "escape.txt").exists() and not Path("/tmp/abs.txt").exists()
+
+
+def test_phase0_audit_is_recorded_once_and_disclosed(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RGT_AUDIT_TORCH", "1")
     program = "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n"
     first = Job(launch(LaunchRequest(program=program, name="a1"), project), project)
     cache = project / ".rgt" / "audit" / f"local-{first.spec['host']}.json"
@@ -224,8 +516,13 @@ def test_phase0_audit_is_recorded_once_and_disclosed(project: Path) -> None:
     }
     assert all(d["writable"] and d["inodes_total"] > 0 for d in facts["disks"].values())
     assert "cgroup" in facts and "torch_installed" in facts
+    import torch
+
+    assert facts["torch"]["imports"] and facts["torch"]["version"] == torch.__version__
+    assert facts["torch"]["cuda_available"] == torch.cuda.is_available()
     findings = first.spec["audit"]["findings"]
     assert any(f.startswith("durable dir:") for f in findings)
+    assert any(f.startswith(f"torch {torch.__version__}") for f in findings)
     stamp = cache.stat().st_mtime_ns
     second = Job(launch(LaunchRequest(program="print(2)\n", name="a2"), project), project)
     assert cache.stat().st_mtime_ns == stamp  # once per host

@@ -216,3 +216,30 @@ def test_symlink_in_outputs_rejects_the_listing(project: Path) -> None:
     with pytest.raises(PullError, match="symlink"):
         job.pull()
     assert not (project / "runs").exists()
+
+
+def test_listing_reuses_end_hashes_only_for_untouched_files(project: Path) -> None:
+    """Files untouched since the job ended are not read again for the listing; a file whose
+    bytes were replaced and whose mtime was set back is still read, and caught."""
+    import os
+
+    from rgt_jupyter.pull import remote_listing
+    from rgt_jupyter.transport.local import LocalTransport
+
+    job = _finished(project)
+    listing = remote_listing(LocalTransport(), job.spec)["files"]
+    assert listing and all(entry.get("reused") for entry in listing.values())
+    preds = Path(job.spec["out_dir"]) / "preds.csv"
+    before = preds.stat()
+    data = bytearray(preds.read_bytes())
+    data[10] ^= 0x01  # same size ...
+    preds.write_bytes(bytes(data))
+    os.utime(preds, ns=(before.st_atime_ns, before.st_mtime_ns))  # ... and the same mtime
+    listing = remote_listing(LocalTransport(), job.spec)["files"]
+    assert not listing["outputs/preds.csv"].get("reused")
+    assert listing["outputs/preds.csv"]["sha256"] == _sha(preds)
+    run = job.pull()
+    assert not run.verified
+    reasons = {m["path"]: m["reason"] for m in run.verification["mismatches"]}
+    assert "altered or truncated" in reasons["outputs/preds.csv"]
+    assert set(reasons) == {"outputs/preds.csv"}

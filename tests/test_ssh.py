@@ -262,9 +262,14 @@ job.save_results({"ok": True})
 """
 
 
-def test_pull_cut_at_10_50_99_percent_resumes(project: Path, box: Path, sshd: Sshd) -> None:
+@pytest.mark.parametrize("method", ["auto", "paramiko"])
+def test_pull_cut_at_10_50_99_percent_resumes(
+    project: Path, box: Path, sshd: Sshd, method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The connection is cut for real (a proxy drops it) during the pull; the next pull resumes
-    from what already landed and ends with every hash matching."""
+    from what already landed and ends with every hash matching. Both ways a large file travels:
+    the OpenSSH client (the default here) and a paramiko channel."""
+    monkeypatch.setenv("RGT_SSH_TRANSFER", method)
     with cutbox(sshd, box) as proxy:
         job = Job(
             launch(LaunchRequest(program=BIG, name="big", profile="box", host="cutbox"), project),
@@ -290,6 +295,9 @@ def test_pull_cut_at_10_50_99_percent_resumes(project: Path, box: Path, sshd: Ss
             # ... and the wire agrees, SSH framing and the listing included.
             assert proxy.bytes_down - wire_before <= (total - landed) * 1.05 + (8 << 20)
             assert not partial.exists()
+            assert connect("cutbox", project).last_stream == (
+                "openssh" if method == "auto" else "paramiko"
+            )
         assert proxy.cuts == 3
         assert len(job.runs()) == 3
 
@@ -413,3 +421,86 @@ def test_job_survives_the_connection_cut_mid_run(project: Path, box: Path, sshd:
         assert job.wait(60) == "finished"
         assert proxy.cuts == 1
         assert job.result() == {"steps": 30}
+
+
+def test_openssh_stream_trusts_exactly_the_known_hosts_it_is_given(
+    box: Path, sshd: Sshd, tmp_path: Path
+) -> None:
+    """The ssh client that carries large reads checks the host key against the files rgt uses
+    and nothing else: an unknown or changed key is refused before a byte of the file comes, and
+    no known_hosts file is written."""
+    from rgt_jupyter.transport import stream
+    from rgt_jupyter.transport.ssh import ssh_config_path
+
+    ssh = stream.openssh_binary()
+    assert ssh is not None, "the OpenSSH client is part of the test setup"
+    data = os.urandom(3 << 20)
+    src = tmp_path / "a file with 'quotes' $(x).bin"
+    src.write_bytes(data)
+
+    def read_all(known: list[Path], offset: int = 0) -> bytes:
+        argv = stream.openssh_argv(
+            ssh, "testbox", ssh_config_path(), known, stream.tail_command(str(src), offset)
+        )
+        with stream.OpenSSHStream(argv, str(src)) as reader:
+            return b"".join(iter(lambda: reader.read(1 << 20), b""))
+
+    assert read_all([box]) == data
+    assert read_all([tmp_path / "missing", box], offset=12345) == data[12345:]
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    pub = (tmp_path / "other_key.pub").read_text().split()
+    changed = tmp_path / "changed_known_hosts"
+    changed.write_text(f"[127.0.0.1]:{sshd.port} {pub[0]} {pub[1]}\n")
+    for known in (empty, changed):
+        before = known.read_text()
+        logins = sshd.accepted()
+        with pytest.raises(stream.StreamError, match="Host key verification failed"):
+            read_all([known])
+        assert known.read_text() == before
+        assert sshd.accepted() == logins
+    missing = tmp_path / "gone.bin"
+    argv = stream.openssh_argv(
+        ssh, "testbox", ssh_config_path(), [box], stream.tail_command(str(missing), 0)
+    )
+    with pytest.raises(FileNotFoundError), stream.OpenSSHStream(argv, str(missing)) as reader:
+        reader.read(1 << 20)
+
+
+def _counting(calls: list[str], name: str, real: Any) -> Any:
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        return real(self, *args, **kwargs)
+
+    return counted
+
+
+def test_a_launch_over_ssh_is_one_command(
+    project: Path, box: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the host's audit is cached, a launch without --push is one exec (the bundle on its
+    stdin): no SFTP write, put or mkdir, no second command."""
+    from rgt_jupyter.transport.ssh import SSHTransport
+
+    def run(name: str) -> Job:
+        request = LaunchRequest(
+            program=f"print({name!r})\n", name=name, profile="box", host="testbox"
+        )
+        return Job(launch(request, project), project)
+
+    first = run("first")
+    calls: list[str] = []
+    with monkeypatch.context() as patch:
+        for method in ("exec", "put", "write_bytes", "makedirs"):
+            patch.setattr(
+                SSHTransport, method, _counting(calls, method, getattr(SSHTransport, method))
+            )
+        second = run("second")
+    assert calls == ["exec"]
+    for job in (first, second):
+        assert job.wait(60) == "finished", job.log()
+        assert job.log().strip() == job.name
+    status = connect("testbox", project).read_text(f"{second.spec['control_dir']}/status.json")
+    assert json.loads(status or "{}")["agent_pid"] == second.spec["agent_pid"]

@@ -11,7 +11,24 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, Protocol
+
+
+class ReadStream(Protocol):
+    """A remote file opened for reading from an offset (what :meth:`Transport.open_read` gives)."""
+
+    def read(self, n: int = -1, /) -> bytes:
+        """Up to ``n`` bytes; b"" at the end."""
+
+    def readinto(self, buf: bytearray | memoryview, /) -> int:
+        """Fill ``buf`` as far as the file goes; 0 at the end."""
+
+    def close(self) -> None:
+        """Release the stream."""
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, kind: Any, value: Any, tb: Any, /) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -69,7 +86,7 @@ class Transport(abc.ABC):
         """Copy a local file to ``remote`` atomically, creating parent dirs."""
 
     @abc.abstractmethod
-    def open_read(self, path: str, offset: int = 0) -> BinaryIO:
+    def open_read(self, path: str, offset: int = 0) -> ReadStream:
         """Open a remote file for streaming reads from ``offset``."""
 
     @abc.abstractmethod

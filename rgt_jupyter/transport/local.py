@@ -7,10 +7,9 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
-from typing import BinaryIO
 
 from ..fsutil import atomic_write_bytes, fsync_dir
-from .base import ExecResult, FileStat, Transport
+from .base import ExecResult, FileStat, ReadStream, Transport
 
 
 class LocalTransport(Transport):
@@ -55,7 +54,7 @@ class LocalTransport(Transport):
                 os.unlink(tmp)
         fsync_dir(directory)
 
-    def open_read(self, path: str, offset: int = 0) -> BinaryIO:
+    def open_read(self, path: str, offset: int = 0) -> ReadStream:
         fh = open(path, "rb")  # noqa: SIM115 - the caller closes it
         fh.seek(offset)
         return fh

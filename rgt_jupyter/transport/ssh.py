@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import errno
 import hashlib
+import io
 import os
 import shlex
 import socket
@@ -24,15 +25,48 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, cast
 
 import paramiko
 
 from ..errors import TransportError
-from .base import ExecResult, FileStat, Transport
+from . import stream
+from .base import ExecResult, FileStat, ReadStream, Transport
 
 KEEPALIVE_S = 15
 CONNECT_TIMEOUT_S = 15.0
+#: Reads of at least this many bytes go over a stream (:mod:`.stream`), smaller ones over SFTP.
+STREAM_MIN_BYTES = 8 << 20
+#: How large reads travel: ``auto`` (the OpenSSH client when usable, else a paramiko channel),
+#: ``openssh`` or ``paramiko``. Overridden by ``$RGT_SSH_TRANSFER``.
+TRANSFER_METHODS = ("auto", "openssh", "paramiko")
+#: paramiko starts a re-key after 512 MiB, and a re-key it starts while a channel is busy
+#: receiving can stall until its 30 s timeout (paramiko issue #822). OpenSSH servers re-key on
+#: their own schedule (per cipher), and a server-started re-key has no such race, so ours waits
+#: far longer: the server's limit always comes first.
+REKEY_AFTER = 1 << 40
+
+
+def _transport_factory(sock: Any, **kwargs: Any) -> paramiko.Transport:
+    transport = paramiko.Transport(sock, **kwargs)
+    packetizer = transport.packetizer
+    packetizer.REKEY_BYTES = REKEY_AFTER
+    packetizer.REKEY_PACKETS = REKEY_AFTER
+    options = transport.get_security_options()
+    preferred = [c for c in stream.PREFERRED_CIPHERS if c in options.ciphers]
+    options.ciphers = (*preferred, *(c for c in options.ciphers if c not in preferred))
+    return transport
+
+
+def transfer_method() -> str:
+    """``$RGT_SSH_TRANSFER`` (``auto``, ``openssh``, ``paramiko``); ``auto`` when unset."""
+    method = os.environ.get("RGT_SSH_TRANSFER", "auto").strip().lower() or "auto"
+    if method not in TRANSFER_METHODS:
+        raise SSHError(
+            "usage",
+            f"RGT_SSH_TRANSFER={method!r}: use one of {', '.join(TRANSFER_METHODS)}",
+        )
+    return method
 
 
 class SSHError(TransportError):
@@ -140,7 +174,10 @@ def _open_socket(spec: HostSpec, project: Path | None) -> Any:
                 f"{spec.proxy_jump} could not reach {spec.hostname}:{spec.port} ({exc})",
             ) from exc
     try:
-        return socket.create_connection((spec.hostname, spec.port), timeout=CONNECT_TIMEOUT_S)
+        sock = socket.create_connection((spec.hostname, spec.port), timeout=CONNECT_TIMEOUT_S)
+        # Requests are small and answered one by one: never hold one back for Nagle.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
     except ConnectionRefusedError as exc:
         raise SSHError(
             "connection_refused",
@@ -172,6 +209,8 @@ class SSHTransport(Transport):
         self._lock = threading.RLock()
         self._home: str | None = None
         self._dirs: set[str] = set()  # directories known to exist: each costs a round trip
+        self._openssh_ok: bool | None = None  # did the ssh binary work for this host?
+        self.last_stream: str | None = None  # how the last large read travelled
 
     # -- connection
 
@@ -205,6 +244,7 @@ class SSHTransport(Transport):
                 sock=sock,
                 allow_agent=True,
                 look_for_keys=not spec.identity_files,
+                transport_factory=_transport_factory,
             )
         except SSHError:
             client.close()
@@ -376,25 +416,86 @@ class SSHTransport(Transport):
             self.makedirs(directory)
             self._retry(op)
 
-    def open_read(self, path: str, offset: int = 0) -> BinaryIO:
-        # A session of its own, so a long transfer never waits on (or blocks) the watcher.
+    def open_read(self, path: str, offset: int = 0) -> ReadStream:
+        found = self.stat(path)
+        if found is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        if found.size - offset >= STREAM_MIN_BYTES:
+            return self._open_stream(path, offset)
+        return self._open_sftp(path, offset)
+
+    def _openssh_usable(self, method: str) -> str | None:
+        """The ssh binary, when this read should go through it."""
+        if method == "paramiko" or self._openssh_ok is False:
+            return None
+        binary = stream.openssh_binary()
+        if self.spec.proxy_jump or binary is None:
+            if method == "openssh":
+                raise SSHError(
+                    "usage",
+                    f"RGT_SSH_TRANSFER=openssh: {self.alias} "
+                    + ("is behind a ProxyJump" if binary else "there is no `ssh` client here")
+                    + "; unset it to use the built-in transfer",
+                )
+            return None
+        return binary
+
+    def _open_stream(self, path: str, offset: int) -> ReadStream:
+        method = transfer_method()
+        binary = self._openssh_usable(method)
+        if binary is not None:
+            argv = stream.openssh_argv(
+                binary,
+                self.alias,
+                ssh_config_path(),
+                self.spec.known_hosts,
+                stream.tail_command(path, offset),
+            )
+            reader = stream.OpenSSHStream(argv, path)
+            if self._openssh_ok is None and method == "auto":
+                first = self._first_bytes(reader)
+                if first is None:  # ssh itself could not connect here: use paramiko from now on
+                    self._openssh_ok = False
+                    return self._open_stream(path, offset)
+                self._openssh_ok = True
+                self.last_stream = "openssh"
+                return cast(ReadStream, _Prefixed(first, reader))
+            self.last_stream = "openssh"
+            return cast(ReadStream, reader)
+        transport = self.client().get_transport()
+        assert transport is not None
         try:
-            sftp = self.client().open_sftp()
-        except paramiko.SSHException as exc:
-            raise SSHError("no_sftp", f"{self.alias}: cannot open SFTP ({exc})") from exc
+            channel = stream.ChannelStream(transport, path, offset, CONNECT_TIMEOUT_S)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self.close()
+            raise SSHError("transport_unavailable", f"{self.alias}: {exc}") from exc
+        self.last_stream = "paramiko"
+        return cast(ReadStream, channel)
+
+    def _first_bytes(self, reader: stream.OpenSSHStream) -> bytes | None:
+        """The first read of a stream, or None when ssh failed before a byte arrived for a
+        reason of its own (keys, options, host key) rather than a dropped link."""
         try:
-            fh = sftp.open(path, "rb")
-        except BaseException:
-            sftp.close()
+            return reader.read(1 << 20)
+        except stream.StreamError as exc:
+            reader.close()
+            if reader.received == 0 and not stream.LINK_FAILURE.search(str(exc)):
+                return None
             raise
-        size = fh.stat().st_size or 0
-        fh.seek(offset)
-        if size > offset:
-            # Reads queued from the current position to the end, at most 8 MiB of requests in
-            # flight. paramiko's prefetch can still fall back to serial reads and buffer the
-            # rest (its issue #2519): a streaming path that avoids it is the next step.
-            fh.prefetch(size, max_concurrent_requests=256)
-        return cast(BinaryIO, _StreamFile(fh, sftp))
+
+    def _open_sftp(self, path: str, offset: int) -> ReadStream:
+        """A small file, read whole on the shared SFTP session with its reads pipelined."""
+
+        def op(sftp: paramiko.SFTPClient) -> bytes:
+            with sftp.open(path, "rb") as fh:
+                size = fh.stat().st_size or 0
+                fh.seek(offset)
+                if size <= offset:
+                    return b""
+                fh.prefetch(size, max_concurrent_requests=256)
+                return bytes(fh.read(size - offset))
+
+        return cast(ReadStream, io.BytesIO(cast(bytes, self._retry(op))))
 
     def stat(self, path: str) -> FileStat | None:
         def op(sftp: paramiko.SFTPClient) -> FileStat | None:
@@ -447,29 +548,33 @@ class SSHTransport(Transport):
         return self._home
 
 
-class _StreamFile:
-    """A remote file with its own SFTP session; closing it closes both."""
+class _Prefixed:
+    """A stream whose first bytes were already read."""
 
-    def __init__(self, fh: paramiko.SFTPFile, sftp: paramiko.SFTPClient) -> None:
-        self._fh = fh
-        self._sftp = sftp
+    def __init__(self, first: bytes, rest: stream.OpenSSHStream) -> None:
+        self._first = first
+        self._rest = rest
 
     def read(self, n: int = -1) -> bytes:
-        try:
-            return bytes(self._fh.read(None if n < 0 else n))
-        except (EOFError, paramiko.SSHException, OSError) as exc:
-            if isinstance(exc, OSError) and exc.errno is not None:
-                raise
-            raise SSHError("transport_unavailable", f"the transfer broke off: {exc}") from exc
+        if self._first:
+            if n is None or n < 0 or n >= len(self._first):
+                out, self._first = self._first, b""
+            else:
+                out, self._first = self._first[:n], self._first[n:]
+            return out
+        return self._rest.read(n)
+
+    def readinto(self, buf: bytearray | memoryview) -> int:
+        if self._first:
+            data = self.read(len(buf))
+            memoryview(buf).cast("B")[: len(data)] = data
+            return len(data)
+        return self._rest.readinto(buf)
 
     def close(self) -> None:
-        for closer in (self._fh.close, self._sftp.close):
-            try:
-                closer()
-            except (EOFError, paramiko.SSHException, OSError):
-                continue  # the connection is already gone: nothing left to close
+        self._rest.close()
 
-    def __enter__(self) -> _StreamFile:
+    def __enter__(self) -> _Prefixed:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,47 @@
+"""The benchmarks run end to end (small sizes) and write the figures their docs promise."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def _bench(script: str, *args: str, timeout: float = 900) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def test_transfer_bench_compares_like_with_like(tmp_path: Path) -> None:
+    out = tmp_path / "transfer.json"
+    _bench("transfer.py", "--size-mib", "16", "--repeats", "1", "--out", str(out))
+    report = json.loads(out.read_text())
+    assert report["negotiated"]["same_cipher_both_sides"] is True
+    assert set(report["methods"]) == {"rgt_pull", "scp", "rgt_pull_paramiko"}
+    assert report["settings"]["RGT_SSH_TRANSFER"]["auto"]["stream"] == ["openssh"]
+    assert report["settings"]["RGT_SSH_TRANSFER"]["paramiko"]["stream"] == ["paramiko"]
+    for name in report["methods"]:
+        assert report["methods"][name]["mb_per_s"] > 0
+
+
+def test_pull_rss_bench_measures_the_notebook_process(tmp_path: Path) -> None:
+    out = tmp_path / "rss.json"
+    _bench("pull_rss.py", "--size-gib", "0.0625", "--out", str(out))
+    report = json.loads(out.read_text())
+    results = report["results"]
+    assert set(results) == {"RGT_SSH_TRANSFER=auto", "RGT_SSH_TRANSFER=paramiko"}
+    for result in results.values():
+        assert result["verified"] and result["samples"] > 0
+        assert 0 <= result["rss_growth_bytes"] <= 64 << 20
