@@ -15,8 +15,7 @@ an ssh_config, known_hosts and a project profile ``box`` as the tests do. Over o
 Every launch is also counted: the transport calls the kernel's thread made (by method, with the
 time spent in them) and the SSH round trips under them (channel opens, exec and subsystem
 requests, synchronous SFTP requests; the counting wrappers cost microseconds). Also recorded:
-which ``python3`` the remote shell finds and what running it costs, and the round trip and the
-launches once more with ``TCP_NODELAY`` set on rgt's socket. The goal is "control returns within
+which ``python3`` the remote shell finds and what running it costs. The goal is "control returns within
 one exec round trip + 100 ms"; it is met when the median launch is within the median round trip
 + 100 ms. Writes ``bench/results/launch_ssh.json`` (or ``--out``).
 
@@ -237,7 +236,6 @@ def launch_summary(samples: list[dict[str, Any]], round_trip_s: float) -> dict[s
 
 def run(n: int, out: Path) -> dict[str, Any]:
     """Measure round trips and ``n`` launches; write the summary JSON to ``out``."""
-    import socket
 
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -279,15 +277,8 @@ def run(n: int, out: Path) -> dict[str, Any]:
                 first = time_launches(shell, box, ["ssh-warmup"], log, launch_seconds)[0]
                 names = [f"ssh-{i:03d}" for i in range(n)]
                 shipped = time_launches(shell, box, names, log, launch_seconds)
-                # The same again with TCP_NODELAY on rgt's socket (paramiko leaves Nagle on).
-                sock = transport.client().get_transport().sock
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                exec_rt_nodelay = time_execs(transport, ["true"], n)
-                names = [f"ssh-nodelay-{i:03d}" for i in range(n)]
-                nodelay = time_launches(shell, box, names, log, launch_seconds)
 
     rt = summarize(exec_rt)
-    rt_nodelay = summarize(exec_rt_nodelay)
     main_summary = launch_summary(shipped, rt["median"])
     ret = main_summary["remote_run_returned_s"]
     report: dict[str, Any] = {
@@ -317,11 +308,6 @@ def run(n: int, out: Path) -> dict[str, Any]:
             "transport_calls": dict(first["transport_calls"]),
             "round_trips_by_call": dict(first["round_trips_by_call"]),
         },
-        "with_tcp_nodelay": {
-            "what": "the same measurements after TCP_NODELAY was set on rgt's socket",
-            "exec_round_trip_s": rt_nodelay,
-            **launch_summary(nodelay, rt_nodelay["median"]),
-        },
         "samples_exec_round_trip_s": exec_rt,
         **machine_info(),
     }
@@ -346,15 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     report = run(args.n, args.out)
     rt, ret = report["exec_round_trip_s"], report["remote_run_returned_s"]
     per = report["per_launch_median"]
-    nd = report["with_tcp_nodelay"]
     print(
         f"launch_ssh n={report['n']}: exec round trip median {rt['median'] * 1e3:.1f} ms "
         f"(p90 {rt['p90'] * 1e3:.1f}); %%remote_run returned median {ret['median'] * 1e3:.0f} ms "
         f"(p90 {ret['p90'] * 1e3:.0f}); {per['ssh_round_trips_total']:.0f} SSH round trips and "
         f"{sum(per['transport_calls'].values()):.0f} transport calls per launch; goal "
-        f"<= {report['goal_s'] * 1e3:.0f} ms {'met' if report['goal_met'] else 'NOT met'}; "
-        f"with TCP_NODELAY: round trip {nd['exec_round_trip_s']['median'] * 1e3:.1f} ms, "
-        f"returned {nd['remote_run_returned_s']['median'] * 1e3:.0f} ms -> {args.out}"
+        f"<= {report['goal_s'] * 1e3:.0f} ms {'met' if report['goal_met'] else 'NOT met'} "
+        f"-> {args.out}"
     )
     return 0
 

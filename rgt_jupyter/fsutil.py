@@ -1,8 +1,10 @@
-"""Atomic local file writes: temporary name in the same dir, fsync, rename, fsync of the dir."""
+"""Local file durability: atomic writes (temporary name in the same dir, fsync, rename, fsync of
+the dir) and flushing a long write as it goes (:class:`SyncBehind`)."""
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 
@@ -31,3 +33,46 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o
         if tmp.exists():
             tmp.unlink()
     fsync_dir(target.parent)
+
+
+class SyncBehind:
+    """fdatasync a file being written, from a thread of its own, every ``every`` bytes: its data
+    reaches the disk while the writer goes on, and the final fsync has little left to do (and
+    a large write never piles up gigabytes of dirty pages)."""
+
+    def __init__(self, fd: int, every: int = 64 << 20) -> None:
+        self.fd = fd
+        self.every = every
+        self._pending = 0
+        self._wake = threading.Event()
+        self._done = False
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="rgt-sync-behind", daemon=True)
+        self._thread.start()
+
+    def wrote(self, count: int) -> None:
+        """Count ``count`` more bytes written; past ``every``, a flush is started."""
+        self._pending += count
+        if self._pending >= self.every:
+            self._pending = 0
+            self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._done:
+                return
+            try:
+                os.fdatasync(self.fd)
+            except OSError as exc:  # reported by close(); the final fsync fails the same way
+                self._error = exc
+                return
+
+    def close(self) -> None:
+        """Stop the thread (the caller fsyncs last); re-raise what a flush hit."""
+        self._done = True
+        self._wake.set()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error

@@ -24,7 +24,7 @@ from typing import Any
 
 from .agent import sha256_file
 from .errors import PullError, TransportError
-from .fsutil import atomic_write_bytes, fsync_dir
+from .fsutil import SyncBehind, atomic_write_bytes, fsync_dir
 from .project import runs_dir
 from .provenance import build_run_json
 from .registry import Registry
@@ -198,16 +198,21 @@ def _fetch(
     buf = bytearray(1 << 20)
     view = memoryview(buf)
     with transport.open_read(src, offset=have) as fin, open(part, "ab" if have else "wb") as out:
-        while True:
-            count = fin.readinto(view)
-            if not count:
-                break
-            sha.update(view[:count])
-            sent += count
-            out.write(view[:count])
-            if progress is not None:
-                progress(have + sent)
-        out.flush()
+        behind = SyncBehind(out.fileno())
+        try:
+            while True:
+                count = fin.readinto(view)
+                if not count:
+                    break
+                sha.update(view[:count])
+                sent += count
+                out.write(view[:count])
+                behind.wrote(count)
+                if progress is not None:
+                    progress(have + sent)
+            out.flush()
+        finally:
+            behind.close()
         os.fsync(out.fileno())
     return sha.hexdigest(), have + sent, sent
 

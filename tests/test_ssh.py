@@ -440,13 +440,15 @@ def test_openssh_stream_trusts_exactly_the_known_hosts_it_is_given(
 
     def read_all(known: list[Path], offset: int = 0) -> bytes:
         argv = stream.openssh_argv(
-            ssh, "testbox", ssh_config_path(), known, stream.tail_command(str(src), offset)
+            ssh, "testbox", ssh_config_path(), known, stream.read_command(str(src), offset)
         )
         with stream.OpenSSHStream(argv, str(src)) as reader:
             return b"".join(iter(lambda: reader.read(1 << 20), b""))
 
     assert read_all([box]) == data
     assert read_all([tmp_path / "missing", box], offset=12345) == data[12345:]
+    far = 3 * (1 << 17) + 7  # whole 128 KiB blocks and then bytes are skipped
+    assert read_all([box], offset=far) == data[far:]
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
     other = tmp_path / "other_key"
@@ -463,7 +465,7 @@ def test_openssh_stream_trusts_exactly_the_known_hosts_it_is_given(
         assert sshd.accepted() == logins
     missing = tmp_path / "gone.bin"
     argv = stream.openssh_argv(
-        ssh, "testbox", ssh_config_path(), [box], stream.tail_command(str(missing), 0)
+        ssh, "testbox", ssh_config_path(), [box], stream.read_command(str(missing), 0)
     )
     with pytest.raises(FileNotFoundError), stream.OpenSSHStream(argv, str(missing)) as reader:
         reader.read(1 << 20)

@@ -449,7 +449,7 @@ class SSHTransport(Transport):
                 self.alias,
                 ssh_config_path(),
                 self.spec.known_hosts,
-                stream.tail_command(path, offset),
+                stream.read_command(path, offset),
             )
             reader = stream.OpenSSHStream(argv, path)
             if self._openssh_ok is None and method == "auto":

@@ -1,7 +1,8 @@
 """Bulk reads over SSH: one remote file, from an offset, as a plain byte stream.
 
-A large pull does not go through SFTP requests. The remote runs ``tail -c +N -- PATH`` and its
-stdout comes back as one stream, so flow control is the SSH window alone:
+A large pull does not go through SFTP requests. The remote prints the file from the offset on
+(:func:`read_command`) and its stdout comes back as one stream, so flow control is the SSH window
+alone:
 
 * :class:`OpenSSHStream`: the local OpenSSH client (``ssh``) carries the stream. Its C crypto
   and packet handling run in a process of their own, beside the hashing and writing here. It
@@ -59,9 +60,20 @@ class StreamError(TransportError):
         self.kind = kind
 
 
-def tail_command(path: str, offset: int) -> str:
-    """The remote command that prints ``path`` from byte ``offset`` on (path quoted)."""
-    return f"exec tail -c +{int(offset) + 1} -- {shlex.quote(path)}"
+def read_command(path: str, offset: int) -> str:
+    """The remote command that prints ``path`` from byte ``offset`` on (path quoted).
+
+    ``cat`` copies in large blocks (``tail -c +N`` copies 8 KiB at a time: many times the system
+    calls); the offset is reached by ``dd ... count=0``, which only seeks the shared file
+    descriptor, in 128 KiB blocks and then bytes.
+    """
+    blocks, rest = divmod(int(offset), 1 << 17)
+    seek = ""
+    if blocks:
+        seek += f"dd bs=131072 skip={blocks} count=0 2>/dev/null && "
+    if rest:
+        seek += f"dd bs=1 skip={rest} count=0 2>/dev/null && "
+    return f"{{ {seek}exec cat; }} < {shlex.quote(path)}"
 
 
 def _remote_error(path: str, code: int, stderr: str) -> OSError:
@@ -211,7 +223,7 @@ class ChannelStream:
             window_size=WINDOW_BYTES, max_packet_size=PACKET_BYTES, timeout=timeout
         )
         self._chan.settimeout(STALL_S)
-        self._chan.exec_command(tail_command(path, offset))
+        self._chan.exec_command(read_command(path, offset))
         self._ended = False
 
     def read(self, n: int = -1) -> bytes:
