@@ -14,7 +14,7 @@ from .errors import RemoteTraceback, UsageError
 from .project import project_dir
 from .registry import Registry
 from .render import snapshot_html, snapshot_text, traceback_lines
-from .status import Snapshot, observe
+from .status import Snapshot, as_launched, observe
 from .transport import Transport, get_transport
 
 
@@ -59,6 +59,19 @@ class Job:
                 self.spec["transport"], self.spec.get("host_alias"), self.project
             )
         return self._transport
+
+    @classmethod
+    def just_launched(cls, row: dict[str, Any], project: Path) -> Job:
+        """The Job a launch returned: its first view needs no round trip to the host."""
+        job = cls(row, project)
+        job._last = as_launched(job.spec)
+        return job
+
+    def recent_snapshot(self, max_age: float = 2.0) -> Snapshot:
+        """The last observation if it is at most ``max_age`` seconds old, else a new one."""
+        if self._last is not None and time.time() - self._last.observed_at <= max_age:
+            return self._last
+        return self.snapshot()
 
     def snapshot(self, log_lines: int = 12) -> Snapshot:
         """Observe the job now (from its process and artifacts) and record the state."""
@@ -203,7 +216,7 @@ class Job:
     # -- display
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        snap = self.snapshot()
+        snap = self.recent_snapshot()
         tb = self.traceback() if snap.state == "failed" else None
         return {"text/plain": snapshot_text(snap, tb), "text/html": snapshot_html(snap, tb)}
 

@@ -101,7 +101,7 @@ class RgtMagics(Magics):
                 inputs=inputs,
             )
             project = project_dir()
-            job = Job(launch(req, project), project)
+            job = Job.just_launched(launch(req, project), project)
         except RgtError as exc:
             raise _usage(exc) from None
         self.last_job = job.id

@@ -97,6 +97,20 @@ def last_progress(transport: Transport, control: str) -> dict[str, Any] | None:
     return None
 
 
+def as_launched(spec: dict[str, Any]) -> Snapshot:
+    """What a job that was launched a moment ago is known to be, without asking its host: queued,
+    with its audit findings. (The watcher observes it from then on.)"""
+    return Snapshot(
+        job_id=spec["job_id"],
+        name=spec["name"],
+        state="queued",
+        host=spec.get("host", ""),
+        observed_at=float(spec.get("launched_at") or time.time()),
+        resume_attempt=int(spec.get("attempt", 1)),
+        audit=list((spec.get("audit") or {}).get("findings", [])),
+    )
+
+
 def observe(transport: Transport, spec: dict[str, Any], log_lines: int = 12) -> Snapshot:
     """Observe a job from its control dir; see the module docstring for the rules."""
     control = spec["control_dir"]

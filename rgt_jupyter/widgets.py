@@ -21,7 +21,7 @@ class StatusView:
         import ipywidgets
 
         self.job = job
-        snap = job.snapshot()
+        snap = job.recent_snapshot()
         self.widget = ipywidgets.HTML(value=self._html(snap))
         self._first = snap
         if not snap.terminal:

@@ -506,3 +506,39 @@ def test_a_launch_over_ssh_is_one_command(
         assert job.log().strip() == job.name
     status = connect("testbox", project).read_text(f"{second.spec['control_dir']}/status.json")
     assert json.loads(status or "{}")["agent_pid"] == second.spec["agent_pid"]
+
+
+def test_remote_run_cell_returns_after_one_command_and_shows_it_queued(
+    ip: Any, project: Path, box: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``%%remote_run`` (launch and the status view it displays) costs the notebook's thread one
+    exec and no other request to the host: on a real link every request is a round trip. The
+    view starts as queued and the watcher brings it up to date."""
+    import threading
+
+    from rgt_jupyter.transport.ssh import SSHTransport
+
+    target = "--profile box --host testbox"
+    result, _ = _cell(ip, f"%%remote_run {target} --name warm\nprint(0)\n")
+    assert result.error_in_exec is None
+    main = threading.current_thread()
+    calls: list[str] = []
+
+    def on_main(name: str, real: Any) -> Any:
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() is main:
+                calls.append(name)
+            return real(self, *args, **kwargs)
+
+        return counted
+
+    with monkeypatch.context() as patch:
+        for method in ("exec", "read_bytes", "stat", "listdir", "put", "write_bytes", "makedirs"):
+            patch.setattr(SSHTransport, method, on_main(method, getattr(SSHTransport, method)))
+        result, shown = _cell(ip, f"%%remote_run {target} --name quick\nprint('q')\n")
+    assert result.error_in_exec is None, shown
+    assert calls == ["exec"]
+    assert "queued" in strip_ansi(shown)
+    job = Job.from_registry("quick", project)
+    assert job.wait(60) == "finished", job.log()
+    assert job.log().strip() == "q"
