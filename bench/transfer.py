@@ -87,11 +87,9 @@ def timed_phases(seconds: dict[str, float]) -> Iterator[None]:
 
 
 def sha256_of(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            sha.update(chunk)
-    return sha.hexdigest()
+    from rgt_jupyter.agent import sha256_file
+
+    return sha256_file(str(path))[0]
 
 
 def settle() -> None:
