@@ -76,6 +76,11 @@ class Job:
     def snapshot(self, log_lines: int = 12) -> Snapshot:
         """Observe the job now (from its process and artifacts) and record the state."""
         snap = observe(self.transport, self.spec, log_lines=log_lines)
+        if self.spec.get("instance_id"):
+            from .billing import cost_text
+
+            inst = Registry(self.project).instance(self.spec["instance_id"])
+            snap.cost = cost_text(inst) if inst else None
         if self._last is None or self._last.state != snap.state:
             Registry(self.project).set_state(self.id, snap.state, exit_code=snap.exit_code)
         self._last = snap
@@ -191,6 +196,8 @@ class Job:
             python=spec["python"],
             fresh=fresh,
             grace_s=spec.get("grace_s"),
+            ckpt_dir=spec.get("ckpt_root"),
+            allow_ephemeral_ckpt=bool((spec.get("durability") or {}).get("overridden")),
             reuse_code_of=spec,
         )
         return Job(launch(req, self.project), self.project)

@@ -98,6 +98,23 @@ RUN_ARGS: list[Spec] = [
             "help": "seconds between SIGTERM and SIGKILL (default: the profile's)",
         },
     ),
+    (
+        ("--ckpt-dir",),
+        {
+            "default": None,
+            "metavar": "DIR",
+            "help": "root of the checkpoint dir on the machine (default: the profile's "
+            "durable_dir); it must survive the profile's meter-stop verb",
+        },
+    ),
+    (
+        ("--allow-ephemeral-ckpt",),
+        {
+            "action": "store_true",
+            "help": "launch even though the checkpoint dir does not survive the profile's "
+            "meter-stop verb (recorded in the job and its run.json)",
+        },
+    ),
 ]
 INPUTS_ARG: Spec = (
     ("--inputs",),
@@ -125,6 +142,48 @@ PULL_ARGS: list[Spec] = [
     (
         ("--to",),
         {"default": None, "metavar": "DIR", "help": "runs folder (default: <project>/runs)"},
+    ),
+]
+JOB_ARG: Spec = (
+    ("job",),
+    {"nargs": "?", "default": None, "help": "job id or name (default: the latest)"},
+)
+DOWN_ARGS: list[Spec] = [
+    JOB_ARG,
+    (
+        ("--yes",),
+        {
+            "action": "store_true",
+            "help": "approve stopping the meter (only when every check of the gate passes)",
+        },
+    ),
+    (
+        ("--override",),
+        {
+            "default": None,
+            "metavar": "INSTANCE_ID",
+            "help": "stop the meter although the gate fails: type the instance id to confirm",
+        },
+    ),
+    (
+        ("--refuse",),
+        {"action": "store_true", "help": "record that the machine is to be kept running"},
+    ),
+    (
+        ("--confirm-stopped",),
+        {
+            "action": "store_true",
+            "help": "guided platforms: record that you did the console action that stops the meter",
+        },
+    ),
+    (
+        ("--timeout",),
+        {
+            "type": float,
+            "default": 600.0,
+            "metavar": "S",
+            "help": "how long to poll for the platform to confirm the machine is gone",
+        },
     ),
 ]
 RESUME_ARGS: list[Spec] = [

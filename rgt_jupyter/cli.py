@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from .args import PULL_ARGS, RESUME_ARGS, RUN_ARGS, WATCH_ARGS, add_args
+from .cli_machines import add_parsers, dispatch
 from .errors import RemoteTraceback, RgtError
 from .render import progress_text, snapshot_text, strip_ansi, transfer_text
 
@@ -56,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         RESUME_ARGS,
     )
     sub.add_parser("jobs", help="list this project's jobs", description="List jobs.")
-    sub.add_parser("profiles", help="list the available profiles", description="List profiles.")
+    add_parsers(sub)
     trust = sub.add_parser(
         "trust-host",
         help="show an SSH host's key and, once you confirm it, trust it",
@@ -103,7 +104,10 @@ def _cmd_run(args: argparse.Namespace, project: Path) -> int:
         label=str(path),
         line_offset=0,
     )
-    job = Job(launch(req, project), project)
+    row = launch(req, project)
+    for line in row.pop("notices", []):
+        print(line)
+    job = Job(row, project)
     print(f"launched {job.id} (profile {job.profile}); follow it with: rgt watch {job.name}")
     return 0
 
@@ -189,15 +193,6 @@ def _cmd_jobs(project: Path) -> int:
     return 0
 
 
-def _cmd_profiles(project: Path) -> int:
-    from .profiles import available, parse_profile
-
-    for name, path in sorted(available(project).items()):
-        prof = parse_profile(path)
-        print(f"{name:12} {prof.kind:12} {prof.description}")
-    return 0
-
-
 def _cmd_trust_host(alias: str, project: Path) -> int:
     from .transport.ssh import trust_host
 
@@ -232,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_resume(args, project)
         if args.command == "jobs":
             return _cmd_jobs(project)
-        if args.command == "profiles":
-            return _cmd_profiles(project)
+        done = dispatch(args, project)
+        if done is not None:
+            return done
         if args.command == "trust-host":
             return _cmd_trust_host(args.alias, project)
         if args.command == "demo":

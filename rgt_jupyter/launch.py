@@ -16,11 +16,13 @@ import sys
 import tempfile
 import time
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .agent import sha256_file
+from .durability import check as check_durability
+from .durability import refusal_advice
 from .errors import JobNotFound, LaunchError, SmokeFailed, UsageError
 from .launcher import get_launcher
 from .names import check_env_key, check_identifier, check_job_name
@@ -57,6 +59,10 @@ class LaunchRequest:
     fresh: bool = False
     grace_s: float | None = None
     secrets: list[str] = field(default_factory=list)
+    #: Root of the checkpoint dir on the machine (default: the profile's durable_dir).
+    ckpt_dir: str | None = None
+    #: Launch although the checkpoint dir does not survive the meter-stop verb (recorded).
+    allow_ephemeral_ckpt: bool = False
     #: Resume with another job's program, pushed files and inputs, byte-identical (its spec).
     reuse_code_of: dict[str, Any] | None = None
 
@@ -76,6 +82,8 @@ def request_from_args(args: Any, **fields: Any) -> LaunchRequest:
         fresh=args.fresh,
         grace_s=args.grace,
         secrets=args.secret,
+        ckpt_dir=args.ckpt_dir,
+        allow_ephemeral_ckpt=args.allow_ephemeral_ckpt,
         **fields,
     )
 
@@ -493,6 +501,12 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     launch bundle on its stdin, the agent started detached, no wait for the remote Python.
     """
     profile: Profile = load_profile(req.profile, project)
+    if profile.launcher not in ("detached", "tmux") or profile.transport not in ("local", "ssh"):
+        raise UsageError(
+            f"profile {profile.name!r} launches through {profile.launcher!r} on "
+            f"{profile.transport!r}, which this version cannot drive yet; its platform facts "
+            f"still apply (`rgt profiles show {profile.name}`)"
+        )
     name = check_job_name(req.name if req.name is not None else default_name(req.program))
     host_alias = req.host or profile.host or None
     if profile.transport == "local":
@@ -518,18 +532,31 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         and not req.fresh
     )
 
+    lineage = previous["lineage"] if resume and previous else f"{_stamp()}-{secrets.token_hex(3)}"
+    home = transport.home()
+    durable = f"{profile.expand(profile.durable_dir, project, home)}/{name}/{lineage}"
+    ckpt_root = req.ckpt_dir or (previous["spec"].get("ckpt_root") if resume and previous else None)
+    if ckpt_root is not None and not ckpt_root.startswith("/"):
+        raise UsageError(f"--ckpt-dir {ckpt_root!r}: give an absolute path on the machine")
+    ckpt_dir = f"{ckpt_root}/{name}/{lineage}/ckpt" if ckpt_root else f"{durable}/ckpt"
+    durability = check_durability(profile, ckpt_dir, project, home)
+    allow = req.allow_ephemeral_ckpt or bool(
+        resume and previous and (previous["spec"].get("durability") or {}).get("overridden")
+    )
+    if not durability.ok and not allow:
+        raise UsageError(refusal_advice(profile, durability))
+    if not durability.ok:
+        durability = replace(durability, overridden=True)
+
     smoke = profile.smoke_default if req.smoke is None else req.smoke
     if smoke:
         files = job_files(req, inputs) if reuse is None else {}
         run_smoke(req, files, pushed, env, secret_values)
 
-    lineage = previous["lineage"] if resume and previous else f"{_stamp()}-{secrets.token_hex(3)}"
     attempt = previous["attempt"] + 1 if resume and previous else 1
     job_id = f"{name}-{_stamp()}-{secrets.token_hex(2)}"
-    home = transport.home()
     workdir = profile.expand(profile.workdir, project, home)
     control = f"{workdir}/{job_id}"
-    durable = f"{profile.expand(profile.durable_dir, project, home)}/{name}/{lineage}"
     if pushed or not audit_cache(profile, transport, project).exists():
         transport.put(_HERE / "agent.py", f"{control}/agent.py")  # for the audit, the push
     report = audit_host(transport, python, control, profile, project, home)
@@ -548,7 +575,10 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         "project": str(project),
         "control_dir": control,
         "out_dir": f"{durable}/out",
-        "ckpt_dir": f"{durable}/ckpt",
+        "ckpt_dir": ckpt_dir,
+        "ckpt_root": ckpt_root,
+        "durability": durability.record(),
+        "instance_id": instance_for(registry, profile.name, host_alias),
         "python": python,
         "cwd": staged.paths["code_dir"],
         "env": env,
@@ -575,6 +605,8 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     }
     bundle = ship(staged.files, spec, secret_values)
     registry.add_job(job_id, name, lineage, attempt, profile.name, transport.host, spec)
+    if not durability.ok:
+        registry.event(job_id, "durability_overridden", **durability.record())
     launcher = get_launcher(profile.launcher)
     try:
         record = launcher.submit(transport, python, control, bundle)
@@ -590,4 +622,28 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         launch_line=launcher.launch_line(python, control),
         **record,
     )
-    return registry.get(job_id)
+    row = registry.get(job_id)
+    row["notices"] = first_contact_notices(registry, profile)
+    return row
+
+
+def instance_for(registry: Registry, profile: str, host_alias: str | None) -> str | None:
+    """The live machine (from ``rgt up``) a job on this profile and host runs on, if any."""
+    for inst in reversed(registry.instances(live_only=True)):
+        if inst["profile"] == profile and inst["host_alias"] in ("", host_alias or ""):
+            return str(inst["id"])
+    return None
+
+
+def first_contact_notices(registry: Registry, profile: Profile) -> list[str]:
+    """The profile's danger clocks and billing traps, shown on its first launch in this project
+    only (the acknowledgement is recorded); later launches return nothing."""
+    if not (profile.danger_clocks or profile.billing_traps):
+        return []
+    lines = [f"First launch on {profile.platform or profile.name}: what can cost data or money"]
+    lines += [f"  clock: {n.text}" for n in profile.danger_clocks]
+    lines += [f"  billing: {n.text}" for n in profile.billing_traps]
+    lines.append(f"  (shown once; `rgt profiles show {profile.name}` shows them again)")
+    if not registry.ack(profile.name, "danger_clocks", how="shown at first launch", text=lines):
+        return []
+    return lines

@@ -1,4 +1,4 @@
-"""The IPython magics: ``%%remote_run``, ``%watch``, ``%pull``. Thin: parse, call the API, show.
+"""The IPython magics: ``%%remote_run``, ``%watch``, ``%pull``, ``%teardown``. Thin: parse, call the API, show.
 
 Settings are traitlets: ``%config RgtMagics.default_profile = "local"`` or ``ipython_config.py``.
 """
@@ -14,7 +14,7 @@ from IPython.display import display
 from traitlets import Unicode
 
 from .api import Job, Run
-from .args import INPUTS_ARG, PULL_ARGS, RUN_ARGS, WATCH_ARGS, MagicParser, magic_parser
+from .args import INPUTS_ARG, JOB_ARG, PULL_ARGS, RUN_ARGS, WATCH_ARGS, MagicParser, magic_parser
 from .args import parse_line as _parse_line
 from .errors import RemoteTraceback, RgtError
 from .launch import launch, request_from_args
@@ -28,6 +28,12 @@ _RUN = magic_parser(
 )
 _WATCH = magic_parser(
     "%watch", "Show a job's live status (state, progress, log, heartbeat).", WATCH_ARGS
+)
+_TEARDOWN = magic_parser(
+    "%teardown",
+    "The teardown gate of the machine a job ran on: checklist, what the meter-stop verb "
+    "destroys, explicit approval.",
+    [JOB_ARG],
 )
 _PULL = magic_parser(
     "%pull", "Pull a job's outputs and checkpoints into a verified, immutable run.", PULL_ARGS
@@ -101,7 +107,10 @@ class RgtMagics(Magics):
                 inputs=inputs,
             )
             project = project_dir()
-            job = Job.just_launched(launch(req, project), project)
+            row = launch(req, project)
+            for line in row.pop("notices", []):
+                print(line)
+            job = Job.just_launched(row, project)
         except RgtError as exc:
             raise _usage(exc) from None
         self.last_job = job.id
@@ -176,6 +185,29 @@ class RgtMagics(Magics):
         try:
             job = self._job(args.job)
             return job.pull(to=args.to, on_progress=_ProgressLine())
+        except RgtError as exc:
+            raise _usage(exc) from None
+
+    @line_magic
+    def teardown(self, line: str) -> Any:
+        """The teardown approval widget: ``%teardown [JOB]``. Approve is enabled only when the
+        gate passes; overriding needs the instance id typed."""
+        args = parse_line(_TEARDOWN, line)
+        if args is None:
+            return None
+        try:
+            job = self._job(args.job)
+            if job.profile == "local" and job.spec["transport"] == "local":
+                raise RgtError("the local profile has no meter to stop: this machine is yours")
+            try:
+                from .teardown_view import TeardownView
+
+                return TeardownView(job._row, job.project)
+            except ImportError:
+                from .teardown import compute_gate
+                from .teardown_view import TeardownText
+
+                return TeardownText(compute_gate(job._row, job.project), job.name)
         except RgtError as exc:
             raise _usage(exc) from None
 

@@ -68,6 +68,8 @@ def build_run_json(
         "env_keys": sorted(spec.get("env", {})),
         "secret_names": spec.get("secret_names", []),
         "audit": spec.get("audit"),
+        "durability": spec.get("durability"),
+        "instance_id": spec.get("instance_id"),
         "config": config,
         "seed": (config or {}).get("seed"),
         "git": git_state(Path(spec["project"])),

@@ -34,6 +34,15 @@ CKPT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
 ProgressFn = Callable[[int, int, str], None]
 
 
+def is_checkpoint(rel: str) -> bool:
+    """Whether a pulled file (path relative to the run) is a checkpoint to load."""
+    return (
+        rel.startswith("checkpoints/")
+        and (rel.endswith(CKPT_SUFFIXES) or PurePosixPath(rel).name.startswith("ckpt-"))
+        and not rel.endswith(".sha256")
+    )
+
+
 def safe_relpath(rel: str) -> PurePosixPath:
     """A manifest path as a relative path that cannot leave its folder; raises otherwise."""
     parts = rel.split("/")
@@ -370,13 +379,7 @@ def pull(
         ) from exc
     landed, mismatches = moved["landed"], moved["mismatches"]
 
-    ckpts = [
-        partial / e["path"]
-        for e in landed
-        if e["path"].startswith("checkpoints/")
-        and (e["path"].endswith(CKPT_SUFFIXES) or PurePosixPath(e["path"]).name.startswith("ckpt-"))
-        and not e["path"].endswith(".sha256")
-    ]
+    ckpts = [partial / e["path"] for e in landed if is_checkpoint(e["path"])]
     ckpt_bytes = sum(p.stat().st_size for p in ckpts)
     loads = load_checkpoints(ckpts, timeout=120 + ckpt_bytes / 20e6)
     load_report = [

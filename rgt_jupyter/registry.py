@@ -40,6 +40,32 @@ CREATE TABLE IF NOT EXISTS events (
     kind TEXT NOT NULL,
     data TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT PRIMARY KEY,
+    profile TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    platform_id TEXT NOT NULL,
+    host_alias TEXT NOT NULL,
+    state TEXT NOT NULL,
+    cost_per_hour REAL,
+    created_at REAL NOT NULL,
+    ended_at REAL,
+    data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    instance_id TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS acks (
+    profile TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    at REAL NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (profile, kind)
+);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
     job_id TEXT NOT NULL,
@@ -204,6 +230,110 @@ class Registry:
                 "SELECT * FROM runs WHERE job_id=? ORDER BY created_at", (job_id,)
             ).fetchall()
         return [dict(r) for r in rows]
+
+    # -- machines (instances), teardown decisions, acknowledgements
+
+    def add_instance(
+        self,
+        instance_id: str,
+        profile: str,
+        provider: str,
+        platform_id: str,
+        host_alias: str,
+        state: str,
+        cost_per_hour: float | None,
+        data: dict[str, Any],
+    ) -> None:
+        """Record a machine brought up (through a platform API, or by the user in a console)."""
+        with self._connect() as db:
+            db.execute(
+                "INSERT INTO instances VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (
+                    instance_id,
+                    profile,
+                    provider,
+                    platform_id,
+                    host_alias,
+                    state,
+                    cost_per_hour,
+                    time.time(),
+                    None,
+                    json.dumps(data, sort_keys=True, default=str),
+                ),
+            )
+
+    def set_instance_state(self, instance_id: str, state: str, ended: bool = False) -> None:
+        """Record a machine's state as last seen (``ended``: its meter is confirmed stopped)."""
+        with self._connect() as db:
+            db.execute(
+                "UPDATE instances SET state=?, ended_at=COALESCE(ended_at, ?) WHERE id=?",
+                (state, time.time() if ended else None, instance_id),
+            )
+
+    def instance(self, instance_id: str) -> dict[str, Any] | None:
+        """One machine's row, or None."""
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM instances WHERE id=?", (instance_id,)).fetchone()
+        return _instance(row) if row else None
+
+    def instances(self, live_only: bool = False) -> list[dict[str, Any]]:
+        """Machines, oldest first (``live_only``: those whose meter is not confirmed stopped)."""
+        query = "SELECT * FROM instances"
+        if live_only:
+            query += " WHERE ended_at IS NULL"
+        with self._connect() as db:
+            rows = db.execute(query + " ORDER BY created_at, rowid").fetchall()
+        return [_instance(r) for r in rows]
+
+    def decide(self, instance_id: str, decision: str, **data: Any) -> dict[str, Any]:
+        """Append a teardown decision (approve, override, refuse, ...) and return it."""
+        record = {"at": time.time(), "instance_id": instance_id, "decision": decision, **data}
+        with self._connect() as db:
+            db.execute(
+                "INSERT INTO decisions (at, instance_id, decision, data) VALUES (?,?,?,?)",
+                (record["at"], instance_id, decision, json.dumps(data, default=str)),
+            )
+        return record
+
+    def decisions(self, instance_id: str | None = None) -> list[dict[str, Any]]:
+        """Teardown decisions, oldest first."""
+        query, args = "SELECT * FROM decisions", ()  # type: tuple[str, tuple[str, ...]]
+        if instance_id is not None:
+            query, args = query + " WHERE instance_id=?", (instance_id,)
+        with self._connect() as db:
+            rows = db.execute(query + " ORDER BY seq", args).fetchall()
+        return [
+            {
+                "at": r["at"],
+                "instance_id": r["instance_id"],
+                "decision": r["decision"],
+                **json.loads(r["data"]),
+            }
+            for r in rows
+        ]
+
+    def ack(self, profile: str, kind: str, **data: Any) -> bool:
+        """Record an acknowledgement once; False when it was already there."""
+        with self._connect() as db:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO acks VALUES (?,?,?,?)",
+                (profile, kind, time.time(), json.dumps(data, default=str)),
+            )
+            return cur.rowcount == 1
+
+    def acked(self, profile: str, kind: str) -> dict[str, Any] | None:
+        """The acknowledgement, if recorded."""
+        with self._connect() as db:
+            row = db.execute(
+                "SELECT * FROM acks WHERE profile=? AND kind=?", (profile, kind)
+            ).fetchone()
+        return {"at": row["at"], **json.loads(row["data"])} if row else None
+
+
+def _instance(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    out["data"] = json.loads(out["data"])
+    return out
 
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:

@@ -58,6 +58,8 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
         lines.append(f"  diagnosis: {snap.diagnosis}")
     if snap.audit:
         lines.append("  machine: " + "; ".join(snap.audit))
+    if snap.cost:
+        lines.append(f"  cost: {snap.cost}")
     if snap.log_tail:
         lines.append("  log:")
         lines.extend("    " + line for line in snap.log_tail)
@@ -90,6 +92,8 @@ def snapshot_html(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
         rows.append(f"<div><i>{e(snap.diagnosis)}</i></div>")
     if snap.audit:
         rows.append(f"<div style='color:#666'>machine: {e('; '.join(snap.audit))}</div>")
+    if snap.cost:
+        rows.append(f"<div style='color:#666'>cost: {e(snap.cost)}</div>")
     if snap.log_tail:
         rows.append(
             "<pre style='max-height:14em;overflow:auto'>" + e("\n".join(snap.log_tail)) + "</pre>"

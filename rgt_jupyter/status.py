@@ -45,6 +45,7 @@ class Snapshot:
     diagnosis: str | None = None
     resume_attempt: int = 1
     audit: list[str] = field(default_factory=list)
+    cost: str | None = None
 
     @property
     def terminal(self) -> bool:
