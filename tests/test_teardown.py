@@ -21,18 +21,14 @@ from rgt_jupyter.teardown import compute_gate, confirm_guided, decide, settle_or
 
 from .conftest import wait_for
 from .fakeclouds import RunPodFake
+from .test_profiles import POD_ON_THIS_MACHINE
 from .test_pull import TRAIN
 
 # A RunPod machine whose jobs run on this machine: the checkpoints dir stands for the Network
 # Volume, everything else for the container disk.
-POD = """\
-extends = "runpod"
-transport = "local"
-python = ""
-workdir = "{project}/.rgt/local/jobs"
-durable_dir = "{project}/.rgt/local/durable"
-scratch_dir = "{project}/.rgt/local/scratch"
-smoke_default = false
+POD = (
+    POD_ON_THIS_MACHINE
+    + """\
 features = ["network_volume"]
 
 [[tiers]]
@@ -48,6 +44,7 @@ needs = "network_volume"
 survives_stop = true
 survives_destroy = true
 """
+)
 
 WAITS = """\
 import os, time
@@ -259,6 +256,16 @@ label = "data disk"
 survives_stop = true
 survives_destroy = false
 """
+
+
+def test_teardown_magic_shows_the_gate(project: Path, pod: RunPodFake, ip: Any) -> None:
+    job = _run(project, TRAIN, "t")
+    assert job.wait(120) == "finished"
+    view = ip.run_line_magic("teardown", "t")
+    assert view.approve.disabled and "never pulled" in view.gate.text()
+    bundle = view._repr_mimebundle_()
+    assert "REFUSED" in bundle["text/plain"] and "terminate" in bundle["text/html"]
+    assert _deletes(pod) == 0
 
 
 def test_guided_teardown_records_the_users_word_and_claims_nothing(
