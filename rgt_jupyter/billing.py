@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -106,8 +105,3 @@ def describe(inst: dict[str, Any]) -> str:
     data = inst["data"]
     conn = data.get("ssh") or ""
     return f"{inst['id']:28} {inst['profile']:12} {inst['state']:12} {cost_text(inst)} {conn}"
-
-
-def dumps(obj: Any) -> str:
-    """JSON for records (sorted, tolerant of odd types)."""
-    return json.dumps(obj, sort_keys=True, default=str)

@@ -16,7 +16,7 @@ import difflib
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -346,16 +346,6 @@ def _check_keys(
     partial: bool = False,
 ) -> None:
     for key, value in data.items():
-        if _SECRET_WORDS.search(key):
-            raise ProfileError(
-                src.error(
-                    "profiles never hold secrets: name the env var (api_key_env) or the file "
-                    "(api_key_file) that holds it",
-                    table,
-                    index,
-                    key,
-                )
-            )
         if key not in spec:
             close = difflib.get_close_matches(key, list(spec), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -565,9 +555,11 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _resolve(path: Path, project: Path | None, depth: int = 0) -> dict[str, Any]:
-    """The raw data of ``path`` with its ``extends`` chain merged in (base first)."""
-    data, src = _read(path)
+def _resolve(
+    data: dict[str, Any], src: _Source, project: Path | None, depth: int = 0
+) -> dict[str, Any]:
+    """A file's raw ``data`` with its ``extends`` chain merged in (base first)."""
+    path = src.path
     _validate(data, src, partial="extends" in data)
     if "name" in data and data["name"] != path.stem:
         raise ProfileError(
@@ -586,7 +578,7 @@ def _resolve(path: Path, project: Path | None, depth: int = 0) -> dict[str, Any]
         candidates = own[:idx]
     if not candidates:
         raise ProfileError(src.error(f"no profile {base_name!r} to extend", key="extends"))
-    merged = _merge(_resolve(candidates[-1], project, depth + 1), data)
+    merged = _merge(_resolve(*_read(candidates[-1]), project, depth + 1), data)
     merged["name"] = path.stem
     merged.pop("extends", None)
     return merged
@@ -595,16 +587,13 @@ def _resolve(path: Path, project: Path | None, depth: int = 0) -> dict[str, Any]
 def parse_profile(path: Path, project: Path | None = None) -> Profile:
     """Parse one TOML file (resolving ``extends``) into a :class:`Profile`; any error names
     the file, the line and the field."""
-    data = _resolve(path, project)
-    extends = _read(path)[0].get("extends", "")
-    src = _Source(path, path.read_text(encoding="utf-8"))
+    raw, src = _read(path)
+    extends = raw.get("extends", "")
+    data = _resolve(raw, src, project)
     if extends:
-        # Validate the merged whole; point at the user's file for what it set.
-        data.pop("extends", None)
-        _validate(data, src)
+        _validate(data, src)  # the merged whole; errors point at the user's file
     _check_values(data, src)
-    profile = _build(data, str(path))
-    return Profile(**{**profile.__dict__, "extends": extends}) if extends else profile
+    return replace(_build(data, str(path)), extends=extends)
 
 
 def months_old(month: str, today: _dt.date | None = None) -> int:

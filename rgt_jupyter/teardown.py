@@ -368,7 +368,8 @@ def decide(
         raise UsageError(
             f"to override a failing gate, type the instance id exactly: {gate.machine.platform_id}"
         )
-    record = Registry(project).decide(
+    registry = Registry(project)
+    record = registry.decide(
         gate.machine.id,
         decision,
         by=by,
@@ -377,7 +378,7 @@ def decide(
     )
     _append_to_runs(gate, record)
     for jid in gate.jobs:
-        Registry(project).event(jid, f"teardown_{decision}", machine=gate.machine.id, by=by)
+        registry.event(jid, f"teardown_{decision}", machine=gate.machine.id, by=by)
     return record
 
 
