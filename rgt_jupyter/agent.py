@@ -463,6 +463,9 @@ class Supervisor:
         self.started_at = _now()
         self.seq = 0
         self.mono0 = time.monotonic()
+        self.resume = bool(self.spec.get("resume"))
+        self.restart = 0
+        self.slurm = slurm_facts()
 
     def path(self, name: str) -> str:
         return os.path.join(self.control, name)
@@ -477,7 +480,10 @@ class Supervisor:
             "host": socket.gethostname(),
             "job_pid": self.child.pid if self.child else None,
             "started_at": self.started_at,
+            "restart": self.restart,
         }
+        if self.slurm:
+            record["slurm"] = self.slurm
         record.update(extra)
         write_json_atomic(self.path("status.json"), record)
 
@@ -489,7 +495,10 @@ class Supervisor:
                 os.killpg(self.child.pid, signum)
             except ProcessLookupError:
                 pass
-            if self.kill_deadline is None:
+            # Under Slurm, SIGUSR2 is the walltime warning (--signal=B:USR2@lead): the job may
+            # use the time left; Slurm itself ends it at the limit.
+            warning = bool(self.slurm) and name == "SIGUSR2"
+            if self.kill_deadline is None and not warning:
                 self.kill_deadline = time.monotonic() + float(self.spec.get("grace_s", 30))
 
     def heartbeat(self) -> None:
@@ -519,13 +528,24 @@ class Supervisor:
         env["RGT_INPUTS_DIR"] = self.spec.get("inputs_dir") or ""
         env["RGT_SECRETS_FILE"] = self.path("secrets.json")  # a path; the values stay in the file
         env.pop("RGT_SMOKE", None)
-        if self.spec.get("resume"):
+        distributed = self.spec.get("distributed") or {}
+        if distributed:
+            # A dead rank must end the job, not hang it for the default 30 minutes.
+            env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+            env["RGT_PG_TIMEOUT_S"] = str(distributed.get("pg_timeout_s", 600))
+        if self.resume:
             env["RGT_RESUME"] = "1"
         else:
             env.pop("RGT_RESUME", None)
         return env
 
+    def walltime_warned(self) -> bool:
+        """Under Slurm, SIGUSR2 is the warning ``--signal=B:USR2@lead`` sends before --time ends."""
+        return bool(self.slurm) and any(s["signal"] == "SIGUSR2" for s in self.signals)
+
     def final_state(self, rc: int) -> str:
+        if self.walltime_warned() and not any(s["signal"] == "SIGTERM" for s in self.signals):
+            return "failed"  # the walltime, not a preemption: resuming needs a new --time
         if os.path.exists(self.path("preempt.json")) or any(
             s["signal"] in ("SIGTERM", "SIGUSR2") for s in self.signals
         ):
@@ -536,8 +556,11 @@ class Supervisor:
             return "preempted"
         return "failed"
 
-    def drop_secrets(self) -> None:
-        """Delete the secrets file (a relaunch sends the secrets again)."""
+    def drop_secrets(self, state: str = "") -> None:
+        """Delete the secrets file (a relaunch sends the secrets again); kept only when a
+        scheduler may run this control dir again (a preempted Slurm job with --requeue)."""
+        if state == "preempted" and self.slurm and self.spec.get("requeue"):
+            return
         if os.path.exists(self.path("secrets.json")):
             os.unlink(self.path("secrets.json"))
 
@@ -553,8 +576,54 @@ class Supervisor:
         self.status(state="failed", ended_at=_now(), exit_code=None)
         return True
 
+    def archive_attempt(self) -> None:
+        """A scheduler ran this control dir again (Slurm requeue, a new Kubernetes pod): keep
+        the earlier attempt's records under ``attempts/N/`` and resume from the checkpoint."""
+        names = ("status.json", "exit.json", "heartbeat.json", "manifest.json", "error.json")
+        if not any(os.path.exists(self.path(n)) for n in names):
+            return
+        attempts = self.path("attempts")
+        os.makedirs(attempts, exist_ok=True)
+        self.restart = len(os.listdir(attempts)) + 1
+        target = os.path.join(attempts, str(self.restart))
+        os.makedirs(target)
+        for name in names + ("preempt.json",):
+            if os.path.exists(self.path(name)):
+                os.replace(self.path(name), os.path.join(target, name))
+        self.resume = True
+        if self.slurm.get("restart_count") is not None:
+            self.restart = int(self.slurm["restart_count"])
+        sys.stderr.write("agent: restart %d of this job; resuming\n" % self.restart)
+
+    def child_argv(self) -> List[str]:
+        """The job's command: the cell under this interpreter, or one torchrun per node."""
+        argv = [self.spec["python"], "-u", os.path.abspath(__file__), "cell", self.spec["program"]]
+        distributed = self.spec.get("distributed") or {}
+        if not distributed:
+            return argv
+        env = dict(os.environ, RGT_PYTHON=self.spec["python"])
+        nodes = int(distributed["nodes"])
+        nproc = int(distributed.get("nproc_per_node", 1))
+        prefix = [
+            "srun",
+            "--kill-on-bad-exit=1",
+            "--nodes=%d" % nodes,
+            "--ntasks-per-node=1",
+            env["RGT_PYTHON"],
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=%d" % nodes,
+            "--nproc-per-node=%d" % nproc,
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=%s:%s"
+            % (env.get("MASTER_ADDR", "localhost"), env.get("MASTER_PORT", "29500")),
+            "--rdzv-id=%s" % env.get("SLURM_JOB_ID", "0"),
+        ]
+        return prefix + argv[2:]
+
     def run(self) -> int:
         self.started_at = _now()
+        self.archive_attempt()
         if self.refuse_undeployed():
             return 1
         for name in _FORWARDED:
@@ -563,16 +632,22 @@ class Supervisor:
         for d in (self.spec["out_dir"], self.spec["ckpt_dir"]):
             os.makedirs(d, exist_ok=True)
         log = open(self.path("log"), "ab")
-        argv = [self.spec["python"], "-u", os.path.abspath(__file__), "cell", self.spec["program"]]
+        # In a Kubernetes pod the log on the claim is out of the notebook's reach: the job's
+        # output also goes to the container's stdout, which the API serves.
+        mirror = os.environ.get("RGT_K8S") == "1"
         self.child = subprocess.Popen(
-            argv,
+            self.child_argv(),
             cwd=self.spec["cwd"],
             env=self.job_env(),
             stdin=subprocess.DEVNULL,
-            stdout=log,
+            stdout=subprocess.PIPE if mirror else log,
             stderr=subprocess.STDOUT,
             preexec_fn=os.setpgrp,
         )
+        tee = None
+        if mirror:
+            tee = threading.Thread(target=_tee, args=(self.child.stdout, log), daemon=True)
+            tee.start()
         self.status(state="running")
         self.heartbeat()
         env_thread = threading.Thread(target=self.record_env, daemon=True)
@@ -594,10 +669,12 @@ class Supervisor:
                 self.heartbeat()
                 next_beat = now + interval
             time.sleep(min(0.05, interval))
+        if tee is not None:
+            tee.join(30)
         log.close()
         env_thread.join(60)  # provenance of a short job must not be lost to its quick end
-        self.drop_secrets()
         state = self.final_state(rc)
+        self.drop_secrets(state)
         manifest = build_manifest(
             {"outputs": self.spec["out_dir"], "checkpoints": self.spec["ckpt_dir"]}
         )
@@ -612,6 +689,9 @@ class Supervisor:
                 "agent_signals": self.signals,
                 "started_at": self.started_at,
                 "ended_at": ended,
+                "restart": self.restart,
+                "reason": "walltime" if self.walltime_warned() else None,
+                "checkpoints": sum(1 for k in manifest["files"] if k.startswith("checkpoints/")),
             },
         )
         self.status(state=state, ended_at=ended, exit_code=rc)
@@ -623,6 +703,34 @@ class Supervisor:
             write_json_atomic(self.path("env.json"), describe_env())
         except Exception as exc:  # noqa: BLE001 - provenance is best effort, and says so
             write_json_atomic(self.path("env.json"), {"error": repr(exc)})
+
+
+def _tee(source: Any, log: Any) -> None:
+    """Copy the job's output to its log file and to this process's stdout, line by line."""
+    out = getattr(sys.stdout, "buffer", sys.stdout)
+    for chunk in iter(source.readline, b""):
+        log.write(chunk)
+        log.flush()
+        out.write(chunk)
+        out.flush()
+
+
+def slurm_facts() -> Dict[str, Any]:
+    """The Slurm job this agent runs in (empty outside Slurm), and the NCCL settings it has."""
+    if not os.environ.get("SLURM_JOB_ID"):
+        return {}
+    env = os.environ
+    facts: Dict[str, Any] = {
+        "job_id": env.get("SLURM_JOB_ID"),
+        "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
+        "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
+        "node": env.get("SLURMD_NODENAME"),
+        "nodelist": env.get("SLURM_JOB_NODELIST"),
+        "partition": env.get("SLURM_JOB_PARTITION"),
+        "restart_count": int(env.get("SLURM_RESTART_COUNT") or 0),
+        "nccl": {k: v for k, v in sorted(env.items()) if k.startswith("NCCL_")},
+    }
+    return facts
 
 
 def _object_path(objdir: str, sha: str) -> str:

@@ -31,6 +31,10 @@ class Job:
         self.profile: str = row["profile"]
         self._transport: Transport | None = None
         self._last: Snapshot | None = None
+        if self.spec.get("slurm_job_id"):
+            from .slurm_queue import slurm_queue
+
+            slurm_queue().follow(self.spec.get("host", ""), self.spec["slurm_job_id"])
 
     # -- construction
 
@@ -161,6 +165,29 @@ class Job:
     def stop(self, sig: str = "SIGTERM") -> None:
         """Ask the job to stop: the agent forwards the signal, the job saves and ends
         ``preempted``; after the grace period the agent kills what is left."""
+        if self.spec.get("launcher") == "k8s-job":
+            from .k8s_launch import delete_k8s_job
+
+            delete_k8s_job(self.spec)
+            Registry(self.project).update_spec(self.id, k8s_deleted_at=time.time())
+            self.spec["k8s_deleted_at"] = time.time()
+            Registry(self.project).event(self.id, "stop_requested", via="delete Job")
+            return
+        if self.spec.get("launcher") == "sbatch":
+            if self.snapshot(log_lines=0).terminal:
+                raise UsageError(f"job {self.id} has already ended")
+            # scancel signals the batch shell (the agent) and the steps, then SIGKILL after
+            # Slurm's KillWait: the agent forwards the signal and the job saves first.
+            self.transport.exec(
+                [
+                    "scancel",
+                    f"--signal={sig.removeprefix('SIG')}",
+                    "--full",
+                    self.spec["slurm_job_id"],
+                ]
+            ).check()
+            Registry(self.project).event(self.id, "stop_requested", signal=sig, via="scancel")
+            return
         status = self.transport.read_text(f"{self.spec['control_dir']}/status.json")
         if not status or self.snapshot(log_lines=0).terminal:
             raise UsageError(f"job {self.id} is not running")

@@ -73,7 +73,36 @@ RUN_ARGS: list[Spec] = [
         {
             "default": None,
             "metavar": "SPEC",
-            "help": "GPUs for the job: indices like 0 or 0,1, 'all' or 'none'",
+            "help": "GPUs for the job: indices like 0 or 0,1, 'all' or 'none'; on Slurm and "
+            "Kubernetes the number per node, N or TYPE:N (e.g. a100:2)",
+        },
+    ),
+    (
+        ("--seeds",),
+        {
+            "default": None,
+            "metavar": "RANGE",
+            "help": "one job per seed (0-4, 0,3,7), grouped as one experiment; each sees its "
+            "seed as RGT_SEED (job.seed()); a job array on Slurm",
+        },
+    ),
+    (
+        ("--time",),
+        {
+            "default": None,
+            "metavar": "LIMIT",
+            "help": "Slurm: the job's time limit (HH:MM:SS or D-HH:MM); it is warned with "
+            "SIGUSR2 before it ends, to checkpoint",
+        },
+    ),
+    (("--partition",), {"default": None, "help": "Slurm: the partition to submit to"}),
+    (
+        ("--nodes",),
+        {
+            "type": int,
+            "default": None,
+            "metavar": "N",
+            "help": "Slurm: nodes for the job; N > 1 runs one torchrun per node under srun",
         },
     ),
     (("--host",), {"default": None, "metavar": "ALIAS", "help": "host alias (ssh profiles)"}),

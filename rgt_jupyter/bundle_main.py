@@ -1,7 +1,8 @@
 """The launch bundle's ``__main__.py``: unpack the bundle into the job's control dir, then hand
 over to the agent. Stdlib only; Python 3.8+ (older Pythons get a clear failure record).
 
-Run as ``python -u bundle.zip run CONTROL_DIR`` (or ``spawn CONTROL_DIR``). Every member but this
+Run as ``python -u bundle.zip run CONTROL_DIR`` (or ``spawn CONTROL_DIR``; ``unpack CONTROL_DIR``
+only unpacks, for a scheduler that starts the agent later). Every member but this
 one is written under CONTROL_DIR: ``secrets.json`` and the members stored as private (the inputs)
 are created 0600, the others 0644. Names that are absolute, hold ``..`` or resolve outside
 CONTROL_DIR are refused. Every member is read (CRC-checked) before anything is written, so a
@@ -133,13 +134,13 @@ def fail(control: str, cmd: str, message: str) -> int:
     except OSError as exc:
         sys.stderr.write("rgt: could not record the failure in %s: %s\n" % (control, exc))
     sys.stderr.write("rgt: %s\n" % message)
-    return 1 if cmd == "spawn" else 0
+    return 0 if cmd == "run" else 1
 
 
 def main(argv: List[str]) -> int:
     """``bundle.zip run|spawn CONTROL_DIR``: unpack, delete the bundle, run the agent."""
-    if len(argv) != 3 or argv[1] not in ("run", "spawn"):
-        sys.stderr.write("usage: python bundle.zip run|spawn CONTROL_DIR\n")
+    if len(argv) != 3 or argv[1] not in ("run", "spawn", "unpack"):
+        sys.stderr.write("usage: python bundle.zip run|spawn|unpack CONTROL_DIR\n")
         return 2
     bundle, cmd, control = os.path.abspath(argv[0]), argv[1], os.path.abspath(argv[2])
     try:
@@ -153,8 +154,12 @@ def main(argv: List[str]) -> int:
     except NotDeployed as exc:
         return fail(control, cmd, str(exc))
     finally:
-        if os.path.exists(bundle):
+        try:
             os.unlink(bundle)  # it may hold secrets
+        except OSError:
+            pass  # a read-only mount (a Kubernetes Secret): it goes with the Job
+    if cmd == "unpack":
+        return 0
     agent = os.path.join(control, "agent.py")
     sys.argv = [agent, cmd, control]
     sys.path[0] = control

@@ -90,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace, project: Path) -> int:
     from .api import Job
-    from .launch import launch, request_from_args
+    from .launch import launch_seeds, request_from_args
 
     path = Path(args.file)
     if not path.is_file():
@@ -104,11 +104,12 @@ def _cmd_run(args: argparse.Namespace, project: Path) -> int:
         label=str(path),
         line_offset=0,
     )
-    row = launch(req, project)
-    for line in row.pop("notices", []):
+    rows = launch_seeds(req, project)
+    for line in rows[0].pop("notices", []):
         print(line)
-    job = Job(row, project)
-    print(f"launched {job.id} (profile {job.profile}); follow it with: rgt watch {job.name}")
+    for row in rows:
+        job = Job(row, project)
+        print(f"launched {job.id} (profile {job.profile}); follow it with: rgt watch {job.name}")
     return 0
 
 

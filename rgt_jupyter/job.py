@@ -245,6 +245,20 @@ def preempted() -> bool:
 # ----------------------------------------------------------------------------- seeds and RNG
 
 
+def seed(default: int = 0) -> int:
+    """This job's seed: ``RGT_SEED`` (set for each member of a ``--seeds`` group), else
+    ``default``."""
+    value = os.environ.get("RGT_SEED")
+    return int(value) if value else default
+
+
+def pg_timeout_s(default: float = 600.0) -> float:
+    """The process-group timeout for ``torch.distributed.init_process_group(timeout=...)``:
+    ``RGT_PG_TIMEOUT_S`` on a multi-node job, so a dead rank ends the job instead of hanging it
+    for torch's default 30 minutes."""
+    return float(os.environ.get("RGT_PG_TIMEOUT_S") or default)
+
+
 def seed_everything(seed: int) -> None:
     """Seed python, numpy (if present) and torch (if present, CUDA included)."""
     random.seed(seed)

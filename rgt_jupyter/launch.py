@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -29,6 +30,7 @@ from .names import check_env_key, check_identifier, check_job_name
 from .profiles import Profile, load_profile
 from .registry import Registry
 from .render import traceback_lines
+from .slurm import SlurmOptions, render_script
 from .status import observe
 from .transport import Transport, get_transport
 
@@ -65,6 +67,12 @@ class LaunchRequest:
     allow_ephemeral_ckpt: bool = False
     #: Resume with another job's program, pushed files and inputs, byte-identical (its spec).
     reuse_code_of: dict[str, Any] | None = None
+    #: One job per seed (``RGT_SEED``), grouped as one experiment; a Slurm job array on sbatch.
+    seeds: list[int] = field(default_factory=list)
+    #: Scheduler resources (sbatch): time limit, partition, nodes.
+    time: str | None = None
+    partition: str | None = None
+    nodes: int | None = None
 
 
 def request_from_args(args: Any, **fields: Any) -> LaunchRequest:
@@ -84,8 +92,28 @@ def request_from_args(args: Any, **fields: Any) -> LaunchRequest:
         secrets=args.secret,
         ckpt_dir=args.ckpt_dir,
         allow_ephemeral_ckpt=args.allow_ephemeral_ckpt,
+        seeds=parse_seeds(args.seeds) if args.seeds else [],
+        time=args.time,
+        partition=args.partition,
+        nodes=args.nodes,
         **fields,
     )
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0-4`` / ``0,3,7`` / ``1-3,9`` as a sorted list of distinct seeds (at most 1000)."""
+    seeds: set[int] = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise UsageError(f"--seeds {text!r}: use a range like 0-4, a list like 0,3,7, or both")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first or last - first >= 1000:
+            raise UsageError(f"--seeds {text!r}: {part} is not an increasing range of <= 1000")
+        seeds.update(range(first, last + 1))
+    if len(seeds) > 1000:
+        raise UsageError(f"--seeds {text!r}: at most 1000 seeds in one group")
+    return sorted(seeds)
 
 
 def default_name(program: str) -> str:
@@ -212,29 +240,42 @@ def job_paths(control: str, program_name: str) -> dict[str, str]:
 
 def member_mode(name: str) -> int:
     """File mode of a bundle member where it lands: the inputs and the secrets are private."""
-    return 0o600 if name.startswith("inputs/") or name == "secrets.json" else 0o644
+    parts = name.split("/")
+    return 0o600 if parts[-1] == "secrets.json" or "inputs" in parts[:-1] else 0o644
 
 
-def ship(files: dict[str, bytes], spec: dict[str, Any], secret_values: dict[str, str]) -> bytes:
-    """The launch bundle: one zip (members stored, named relative to the control dir) with the
-    unpacking ``__main__.py``, ``agent.py``, ``files``, ``launch.json`` (``spec``) and, when there
-    are secrets, ``secrets.json``. It travels as the stdin of the one launch command, so the
-    secrets never show in a command line, an environment or a log."""
+def bundle_members(
+    files: dict[str, bytes], spec: dict[str, Any], secret_values: dict[str, str]
+) -> dict[str, bytes]:
+    """What one job's control dir receives: ``agent.py``, its files, ``launch.json`` and, when
+    there are secrets, ``secrets.json``."""
     members = {
-        "__main__.py": (_HERE / "bundle_main.py").read_bytes(),
         "agent.py": (_HERE / "agent.py").read_bytes(),
         **files,
         "launch.json": json.dumps(spec, indent=1).encode(),
     }
     if secret_values:
         members["secrets.json"] = json.dumps(secret_values).encode()
+    return members
+
+
+def zip_bundle(members: dict[str, bytes]) -> bytes:
+    """The launch bundle: one zip (members stored, named relative to the control dir) with the
+    unpacking ``__main__.py``. It travels as the stdin of the one launch command, so the
+    secrets never show in a command line, an environment or a log."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
-        for name, data in members.items():
+        everything = {"__main__.py": (_HERE / "bundle_main.py").read_bytes(), **members}
+        for name, data in everything.items():
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
             info.external_attr = (stat.S_IFREG | member_mode(name)) << 16
             zf.writestr(info, data)
     return buf.getvalue()
+
+
+def ship(files: dict[str, bytes], spec: dict[str, Any], secret_values: dict[str, str]) -> bytes:
+    """The launch bundle of one job (see :func:`zip_bundle`)."""
+    return zip_bundle(bundle_members(files, spec, secret_values))
 
 
 def read_secrets(names: list[str]) -> dict[str, str]:
@@ -493,22 +534,38 @@ def _check_python(python: str) -> str:
     return python
 
 
-def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
-    """Launch (or resume) a job; return its registry row. Nothing is created before every check
-    (name, profile, flags, paths, smoke) has passed.
+@dataclass
+class _Target:
+    """Where a launch goes: the profile, the transport and the registry, resolved once."""
 
-    Without ``--push`` (and once the host's audit is cached) the remote sees one command: the
-    launch bundle on its stdin, the agent started detached, no wait for the remote Python.
-    """
+    profile: Profile
+    project: Path
+    host_alias: str | None
+    python: str
+    transport: Transport
+    registry: Registry
+    home: str
+
+
+@dataclass
+class _Prepared:
+    """One job, ready to submit: its spec and the bundle files that carry it."""
+
+    spec: dict[str, Any]
+    files: dict[str, bytes]
+    secrets: dict[str, str]
+    durability_ok: bool
+
+
+def _target(req: LaunchRequest, project: Path) -> _Target:
     profile: Profile = load_profile(req.profile, project)
-    if profile.launcher not in ("detached", "tmux") or profile.transport not in ("local", "ssh"):
-        raise UsageError(
-            f"profile {profile.name!r} launches through {profile.launcher!r} on "
-            f"{profile.transport!r}, which this version cannot drive yet; its platform facts "
-            f"still apply (`rgt profiles show {profile.name}`)"
-        )
-    name = check_job_name(req.name if req.name is not None else default_name(req.program))
+    if profile.launcher == "k8s-job" or profile.transport == "kubernetes":
+        from .k8s_launch import check_k8s_profile
+
+        check_k8s_profile(profile)
     host_alias = req.host or profile.host or None
+    if profile.transport == "kubernetes":
+        host_alias = str(profile.kubernetes.get("namespace") or "default")  # where, in k8s words
     if profile.transport == "local":
         if host_alias not in (None, "localhost", "127.0.0.1"):
             raise UsageError(
@@ -516,14 +573,29 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
                 "use an ssh profile (--profile ssh) to run elsewhere"
             )
         host_alias = None
-    env = {**req.env, **_gpus_env(req.gpus)}
-    reuse = req.reuse_code_of
     python = _check_python(req.python or profile.interpreter())
+    transport = get_transport(profile.transport, host_alias, project)
+    return _Target(profile, project, host_alias, python, transport, Registry(project), "")
+
+
+def _prepare(
+    req: LaunchRequest,
+    tgt: _Target,
+    *,
+    control: str | None = None,
+    smoke: bool | None = None,
+    extra_spec: dict[str, Any] | None = None,
+) -> _Prepared:
+    """Every check (name, flags, paths, durability, smoke) and the job's spec and files; nothing
+    is registered or started here."""
+    profile, project, transport, registry = tgt.profile, tgt.project, tgt.transport, tgt.registry
+    name = check_job_name(req.name if req.name is not None else default_name(req.program))
+    scheduler = profile.launcher in ("sbatch", "k8s-job")
+    env = {**req.env, **({} if scheduler else _gpus_env(req.gpus))}
+    reuse = req.reuse_code_of
     pushed = _push_entries(req.push) if reuse is None else []
     inputs = _serialize_inputs(req.inputs) if reuse is None else {}
     secret_values = read_secrets(req.secrets)
-    registry = Registry(project)
-    transport = get_transport(profile.transport, host_alias, project)
 
     previous = _previous(registry, transport, name)
     resume = (
@@ -531,9 +603,9 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         and previous["state"] in ("preempted", "failed", "lost")
         and not req.fresh
     )
-
     lineage = previous["lineage"] if resume and previous else f"{_stamp()}-{secrets.token_hex(3)}"
-    home = transport.home()
+    home = tgt.home or transport.home()
+    tgt.home = home
     durable = f"{profile.expand(profile.durable_dir, project, home)}/{name}/{lineage}"
     ckpt_root = req.ckpt_dir or (previous["spec"].get("ckpt_root") if resume and previous else None)
     if ckpt_root is not None and not ckpt_root.startswith("/"):
@@ -548,19 +620,24 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     if not durability.ok:
         durability = replace(durability, overridden=True)
 
-    smoke = profile.smoke_default if req.smoke is None else req.smoke
-    if smoke:
+    smoke_run = profile.smoke_default if req.smoke is None else req.smoke
+    if smoke is not None:
+        smoke_run = smoke_run and smoke
+    if smoke_run:
         files = job_files(req, inputs) if reuse is None else {}
         run_smoke(req, files, pushed, env, secret_values)
 
     attempt = previous["attempt"] + 1 if resume and previous else 1
     job_id = f"{name}-{_stamp()}-{secrets.token_hex(2)}"
     workdir = profile.expand(profile.workdir, project, home)
-    control = f"{workdir}/{job_id}"
-    if pushed or not audit_cache(profile, transport, project).exists():
-        transport.put(_HERE / "agent.py", f"{control}/agent.py")  # for the audit, the push
-    report = audit_host(transport, python, control, profile, project, home)
-    staged = _stage(transport, req, control, python, f"{workdir}/.objects", pushed, inputs)
+    control = control or f"{workdir}/{job_id}"
+    if transport.name != "kubernetes":
+        if pushed or not audit_cache(profile, transport, project).exists():
+            transport.put(_HERE / "agent.py", f"{control}/agent.py")  # for the audit, the push
+        report = audit_host(transport, tgt.python, control, profile, project, home)
+    else:
+        report = {"findings": [], "facts": {"python": None}, "at": time.time()}
+    staged = _stage(transport, req, control, tgt.python, f"{workdir}/.objects", pushed, inputs)
     hash_ = code_hash(staged.deployed)
     spec: dict[str, Any] = {
         "job_id": job_id,
@@ -569,7 +646,7 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         "attempt": attempt,
         "profile": profile.name,
         "host": transport.host,
-        "host_alias": host_alias,
+        "host_alias": tgt.host_alias,
         "transport": profile.transport,
         "launcher": profile.launcher,
         "project": str(project),
@@ -578,8 +655,8 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         "ckpt_dir": ckpt_dir,
         "ckpt_root": ckpt_root,
         "durability": durability.record(),
-        "instance_id": instance_for(registry, profile.name, host_alias),
-        "python": python,
+        "instance_id": instance_for(registry, profile.name, tgt.host_alias),
+        "python": tgt.python,
         "cwd": staged.paths["code_dir"],
         "env": env,
         "resume": resume,
@@ -597,34 +674,219 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         },
         "pushed": staged.pushed,
         "inputs": staged.inputs,
-        "smoke": smoke,
+        "smoke": smoke_run,
         "created_at": time.time(),
         "previous_job": previous["id"] if previous else None,
         "code_changed": bool(resume and previous and previous["spec"].get("code_hash") != hash_),
         **staged.paths,
+        **(extra_spec or {}),
     }
-    bundle = ship(staged.files, spec, secret_values)
-    registry.add_job(job_id, name, lineage, attempt, profile.name, transport.host, spec)
-    if not durability.ok:
-        registry.event(job_id, "durability_overridden", **durability.record())
-    launcher = get_launcher(profile.launcher)
-    try:
-        record = launcher.submit(transport, python, control, bundle)
-    except Exception as exc:
-        registry.set_state(job_id, "failed", reason=str(exc))
-        raise
-    registry.update_spec(job_id, launched_at=time.time(), **record)
-    registry.event(
-        job_id,
-        "launched",
-        resume=resume,
-        attempt=attempt,
-        launch_line=launcher.launch_line(python, control),
-        **record,
+    return _Prepared(spec, staged.files, secret_values, durability.ok)
+
+
+def _register(tgt: _Target, prepared: _Prepared) -> None:
+    spec = prepared.spec
+    tgt.registry.add_job(
+        spec["job_id"],
+        spec["name"],
+        spec["lineage"],
+        spec["attempt"],
+        tgt.profile.name,
+        tgt.transport.host,
+        spec,
     )
-    row = registry.get(job_id)
-    row["notices"] = first_contact_notices(registry, profile)
-    return row
+    if not prepared.durability_ok:
+        tgt.registry.event(spec["job_id"], "durability_overridden", **spec["durability"])
+
+
+def _submit(
+    tgt: _Target, members: list[_Prepared], bundle: bytes, control: str
+) -> list[dict[str, Any]]:
+    """Register the jobs, send the bundle and start them in one command; return their rows."""
+    for prepared in members:
+        _register(tgt, prepared)
+    launcher = get_launcher(tgt.profile.launcher)
+    ids = [p.spec["job_id"] for p in members]
+    try:
+        record = launcher.submit(tgt.transport, tgt.python, control, bundle)
+    except Exception as exc:
+        for job_id in ids:
+            tgt.registry.set_state(job_id, "failed", reason=str(exc))
+        raise
+    line = launcher.launch_line(tgt.python, control)
+    rows = []
+    for prepared in members:
+        job_id = prepared.spec["job_id"]
+        mine = dict(record)
+        if "slurm_job_id" in mine and prepared.spec.get("array_task") is not None:
+            mine["slurm_job_id"] = f"{mine['slurm_job_id']}_{prepared.spec['array_task']}"
+        tgt.registry.update_spec(job_id, launched_at=time.time(), **mine)
+        tgt.registry.event(
+            job_id,
+            "launched",
+            resume=prepared.spec["resume"],
+            attempt=prepared.spec["attempt"],
+            launch_line=line,
+            **mine,
+        )
+        rows.append(tgt.registry.get(job_id))
+    rows[0]["notices"] = first_contact_notices(tgt.registry, tgt.profile)
+    return rows
+
+
+def _bundle_one(tgt: _Target, prepared: _Prepared, req: LaunchRequest) -> bytes:
+    files = dict(prepared.files)
+    if tgt.profile.launcher == "sbatch":
+        files["job.sbatch"] = slurm_script(tgt.profile, req, prepared.spec["name"]).encode()
+    return ship(files, prepared.spec, prepared.secrets)
+
+
+def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
+    """Launch (or resume) a job; return its registry row. Nothing is created before every check
+    (name, profile, flags, paths, smoke) has passed.
+
+    Without ``--push`` (and once the host's audit is cached) the remote sees one command: the
+    launch bundle on its stdin, the agent started detached (or the batch script submitted), no
+    wait for the remote Python.
+    """
+    if req.seeds:
+        raise UsageError("a launch with --seeds gives several jobs: use launch_seeds()")
+    tgt = _target(req, project)
+    extra = _scheduler_spec(tgt.profile, req)
+    prepared = _prepare(req, tgt, extra_spec=extra)
+    bundle = _bundle_one(tgt, prepared, req)
+    return _submit(tgt, [prepared], bundle, prepared.spec["control_dir"])[0]
+
+
+def launch_seeds(req: LaunchRequest, project: Path) -> list[dict[str, Any]]:
+    """One job per seed of ``req.seeds``, named ``<name>-s<seed>``, each with ``RGT_SEED``, grouped
+    (``spec["group"]``) so pull and verify treat them as one experiment. The members' specs are
+    checked to differ only in the seed. On Slurm they are one job array (one ``sbatch``); the
+    smoke runs once, for the first seed."""
+    if not req.seeds:
+        return [launch(req, project)]
+    tgt = _target(req, project)
+    base = check_job_name(req.name if req.name is not None else default_name(req.program))
+    check_job_name(f"{base}-s{max(req.seeds)}")
+    group = {"id": f"{base}-{_stamp()}-{secrets.token_hex(2)}", "name": base, "seeds": req.seeds}
+    array = tgt.profile.launcher == "sbatch"
+    tgt.home = tgt.transport.home()
+    group_dir = f"{tgt.profile.expand(tgt.profile.workdir, project, tgt.home)}/{group['id']}"
+    members: list[_Prepared] = []
+    for i, seed in enumerate(req.seeds):
+        member = replace(req, name=f"{base}-s{seed}", env={**req.env, "RGT_SEED": str(seed)})
+        member.seeds = []
+        extra = {**_scheduler_spec(tgt.profile, req), "group": {**group, "seed": seed}}
+        if array:
+            extra["array_task"] = seed
+        control = f"{group_dir}/{seed}" if array else None
+        members.append(_prepare(member, tgt, control=control, smoke=i == 0, extra_spec=extra))
+    differences = group_differences([m.spec for m in members])
+    if differences:
+        raise LaunchError(
+            "the members of seed group "
+            f"{base!r} differ in more than the seed ({', '.join(differences)}); nothing was "
+            "launched. Re-run with --fresh to start every member over."
+        )
+    if not array:
+        rows = []
+        for prepared in members:
+            bundle = ship(prepared.files, prepared.spec, prepared.secrets)
+            rows += _submit(tgt, [prepared], bundle, prepared.spec["control_dir"])
+        return rows
+    files: dict[str, bytes] = {
+        "job.sbatch": slurm_script(tgt.profile, req, base, tuple(req.seeds)).encode()
+    }
+    for prepared in members:
+        for rel, data in bundle_members(prepared.files, prepared.spec, prepared.secrets).items():
+            files[f"{prepared.spec['array_task']}/{rel}"] = data
+    return _submit(tgt, members, zip_bundle(files), group_dir)
+
+
+#: What the members of a seed group must share: everything that decides the result but the seed.
+_GROUP_SAME = (
+    "profile",
+    "host",
+    "python",
+    "code_hash",
+    "deployed",
+    "pushed",
+    "inputs",
+    "grace_s",
+    "ckpt_root",
+    "slurm",
+    "requeue",
+    "distributed",
+    "secret_names",
+)
+
+
+def group_differences(specs: list[dict[str, Any]]) -> list[str]:
+    """The fields (besides the seed) in which the members of a group differ."""
+    first = specs[0]
+    out = []
+    for key in _GROUP_SAME:
+        if any(s.get(key) != first.get(key) for s in specs[1:]):
+            out.append(key)
+    env0 = {k: v for k, v in first.get("env", {}).items() if k != "RGT_SEED"}
+    for s in specs[1:]:
+        if {k: v for k, v in s.get("env", {}).items() if k != "RGT_SEED"} != env0:
+            out.append("env")
+            break
+    return out
+
+
+def _scheduler_spec(profile: Profile, req: LaunchRequest) -> dict[str, Any]:
+    """What the agent needs to know about the scheduler it runs under."""
+    if profile.launcher == "k8s-job":
+        if req.push:
+            raise UsageError(
+                f"--push is not available on {profile.name!r}: a Kubernetes job runs the code "
+                "baked into its image; add the files to the image and pin its new digest"
+            )
+        return {"gpus_request": req.gpus or "0", "kubernetes": dict(profile.kubernetes)}
+    if profile.launcher != "sbatch":
+        return {}
+    opts = slurm_options(profile, req, "x")
+    extra: dict[str, Any] = {"requeue": opts.requeue, "slurm": dataclasses.asdict(opts)}
+    if opts.nodes > 1:
+        extra["distributed"] = {
+            "nodes": opts.nodes,
+            "nproc_per_node": opts.nproc_per_node,
+            "pg_timeout_s": int(profile.sbatch.get("pg_timeout_s", 600)),
+        }
+    return extra
+
+
+def slurm_options(
+    profile: Profile, req: LaunchRequest, name: str, array: tuple[int, ...] = ()
+) -> SlurmOptions:
+    """The batch script's resources: the flags, else the profile's ``[sbatch]`` table."""
+    conf = profile.sbatch
+    gpus = req.gpus if req.gpus not in (None, "none", "0") else ""
+    nproc = int(gpus.rsplit(":", 1)[-1]) if gpus else 1
+    return SlurmOptions(
+        job_name=name,
+        time=req.time or str(conf.get("time", "")),
+        partition=req.partition or str(conf.get("partition", "")),
+        nodes=req.nodes or 1,
+        gpus=gpus,
+        cpus_per_task=int(conf.get("cpus_per_task", 0)),
+        account=str(conf.get("account", "")),
+        qos=str(conf.get("qos", "")),
+        requeue=bool(conf.get("requeue", True)),
+        signal_lead_s=int(conf.get("signal_lead_s", 120)),
+        array=array,
+        nproc_per_node=nproc,
+        directives=tuple(conf.get("directives", [])),
+    ).check()
+
+
+def slurm_script(
+    profile: Profile, req: LaunchRequest, name: str, array: tuple[int, ...] = ()
+) -> str:
+    """The rendered batch script of a launch."""
+    return render_script(slurm_options(profile, req, name, array))
 
 
 def instance_for(registry: Registry, profile: str, host_alias: str | None) -> str | None:

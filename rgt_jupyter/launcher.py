@@ -32,9 +32,7 @@ MIN_UPLOAD_BYTES_PER_S = 50_000
 #: loop waits (a few reads of /proc, no process started) until the agent has its own session, so
 #: nothing that signals the launching process group afterwards can reach it. Without ``setsid``
 #: the bundle's own ``spawn`` (a double fork) starts it and prints the same record.
-_PREAMBLE = """\
-set -e
-control=$1 python=$2 found=yes
+_CHECK = """\
 case $python in
 */*) [ -f "$python" ] && [ -x "$python" ] || found=no ;;
 *) command -v "$python" >/dev/null 2>&1 || found=no ;;
@@ -44,9 +42,19 @@ if [ $found = no ]; then
   printf "rgt: no interpreter %s on this machine (not found or not executable)\\n" "$python" >&2
   exit 127
 fi
-mkdir -p -- "$control"
-(umask 077; cat >"$control/bundle.zip")
 """
+_PREAMBLE = (
+    "set -e\ncontrol=$1 python=$2 found=yes\n"
+    + _CHECK
+    + 'mkdir -p -- "$control"\n(umask 077; cat >"$control/bundle.zip")\n'
+)
+
+
+def interpreter_check() -> str:
+    """The sh lines that exit 127 (draining stdin) when ``$python`` is not there (they expect
+    ``found=yes`` set before them)."""
+    return _CHECK
+
 
 _START = """\
 if command -v setsid >/dev/null 2>&1; then
@@ -182,4 +190,12 @@ def get_launcher(name: str) -> Launcher:
         return DetachedLauncher()
     if name == "tmux":
         return TmuxLauncher()
+    if name == "sbatch":
+        from .slurm import SlurmLauncher
+
+        return SlurmLauncher()
+    if name == "k8s-job":
+        from .k8s_launch import K8sLauncher
+
+        return K8sLauncher()
     raise LaunchError(f"launcher {name!r} is not available")

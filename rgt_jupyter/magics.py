@@ -17,7 +17,8 @@ from .api import Job, Run
 from .args import INPUTS_ARG, JOB_ARG, PULL_ARGS, RUN_ARGS, WATCH_ARGS, MagicParser, magic_parser
 from .args import parse_line as _parse_line
 from .errors import RemoteTraceback, RgtError
-from .launch import launch, request_from_args
+from .group import JobGroup
+from .launch import launch_seeds, request_from_args
 from .project import project_dir
 from .render import snapshot_html, snapshot_text, transfer_text
 
@@ -74,9 +75,20 @@ class RgtMagics(Magics):
         self.last_job = job.id
         return job
 
+    def _group(self, ref: str | None) -> JobGroup | None:
+        """The seed group ``ref`` names (or the last one launched here), if it names one."""
+        ref = ref if ref is not None else self.last_job
+        if ref is None:
+            return None
+        try:
+            Job.from_registry(ref)
+            return None  # a job's own name or id wins
+        except RgtError:
+            return JobGroup.find(ref)
+
     @no_var_expand
     @cell_magic
-    def remote_run(self, line: str, cell: str) -> Job | None:
+    def remote_run(self, line: str, cell: str) -> Job | JobGroup | None:
         """Run this cell as a detached job: ``%%remote_run --name N [--push PATH] ...``.
 
         See ``%%remote_run --help`` for every flag.
@@ -107,22 +119,31 @@ class RgtMagics(Magics):
                 inputs=inputs,
             )
             project = project_dir()
-            row = launch(req, project)
-            for line in row.pop("notices", []):
+            rows = launch_seeds(req, project)
+            for line in rows[0].pop("notices", []):
                 print(line)
-            job = Job.just_launched(row, project)
+            if req.seeds:
+                group = JobGroup.from_rows(rows, project)
+                self.last_job = group.name
+                return group
+            job = Job.just_launched(rows[0], project)
         except RgtError as exc:
             raise _usage(exc) from None
         self.last_job = job.id
         return job
 
     @line_magic
-    def watch(self, line: str) -> Job | None:
+    def watch(self, line: str) -> Job | JobGroup | None:
         """Live status of a job: ``%watch [JOB] [--wait] [--timeout S]``."""
         args = parse_line(_WATCH, line)
         if args is None:
             return None
         try:
+            group = self._group(args.job)
+            if group is not None:
+                if args.wait:
+                    group.wait(args.timeout)
+                return group
             job = self._job(args.job)
             if not args.wait:
                 return job
@@ -177,12 +198,15 @@ class RgtMagics(Magics):
         return {"text/plain": snapshot_text(snap, tb), "text/html": snapshot_html(snap, tb)}
 
     @line_magic
-    def pull(self, line: str) -> Run | None:
+    def pull(self, line: str) -> Run | list[Run] | None:
         """Pull a finished job into ``runs/<run-id>/``, verified: ``%pull [JOB] [--to DIR]``."""
         args = parse_line(_PULL, line)
         if args is None:
             return None
         try:
+            group = self._group(args.job)
+            if group is not None:
+                return group.pull(to=args.to)
             job = self._job(args.job)
             return job.pull(to=args.to, on_progress=_ProgressLine())
         except RgtError as exc:

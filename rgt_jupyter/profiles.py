@@ -119,6 +119,8 @@ class Profile:
     danger_clocks: tuple[Note, ...] = ()
     guided: dict[str, str] = field(default_factory=dict)
     up: dict[str, Any] = field(default_factory=dict)
+    sbatch: dict[str, Any] = field(default_factory=dict)
+    kubernetes: dict[str, Any] = field(default_factory=dict)
     source: str = ""
     extends: str = ""
 
@@ -212,6 +214,8 @@ _TOP: _Spec = {
     "danger_clocks": ("tables", False),
     "guided": ("table", False),
     "up": ("table", False),
+    "sbatch": ("table", False),
+    "kubernetes": ("table", False),
 }
 _SUB: dict[str, _Spec] = {
     "meter_stop": {
@@ -258,6 +262,29 @@ _SUB: dict[str, _Spec] = {
     },
     "billing_traps": {"text": ("str", True), "verified": ("month", False)},
     "danger_clocks": {"text": ("str", True), "verified": ("month", False)},
+    "sbatch": {
+        "partition": ("str", False),
+        "time": ("str", False),
+        "account": ("str", False),
+        "qos": ("str", False),
+        "cpus_per_task": ("int", False),
+        "requeue": ("bool", False),
+        "signal_lead_s": ("int", False),
+        "pg_timeout_s": ("int", False),
+        "directives": ("strlist", False),
+    },
+    "kubernetes": {
+        "namespace": ("str", False),
+        "context": ("str", False),
+        "image": ("str", False),
+        "pvc": ("str", False),
+        "pvc_mount": ("str", False),
+        "scratch_size": ("str", False),
+        "backoff_limit": ("int", False),
+        "service_account": ("str", False),
+        "cpu": ("str", False),
+        "memory": ("str", False),
+    },
     "guided": {
         "up": ("str", True),
         "connection_example": ("str", False),
@@ -315,6 +342,8 @@ def _type_ok(kind: str, value: Any) -> bool:
         return isinstance(value, str) and bool(_MONTH.fullmatch(value))
     if kind == "bool":
         return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
     if kind == "float":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind == "strlist":
@@ -331,6 +360,7 @@ _TYPE_WORDS = {
     "month": 'a month "YYYY-MM"',
     "bool": "true or false",
     "float": "a number",
+    "int": "a whole number",
     "strlist": "a list of strings",
     "table": "a table",
     "tables": "an array of tables ([[...]])",
@@ -484,6 +514,8 @@ def _build(data: dict[str, Any], source: str) -> Profile:
         danger_clocks=notes("danger_clocks"),
         guided=dict(data.get("guided", {})),
         up=dict(data.get("up", {})),
+        sbatch=dict(data.get("sbatch", {})),
+        kubernetes=dict(data.get("kubernetes", {})),
         source=source,
     )
 

@@ -42,6 +42,14 @@ def progress_text(progress: dict[str, Any] | None) -> str:
     return "  ".join([text, *metrics])
 
 
+def scheduler_text(snap: Snapshot) -> str:
+    """The scheduler's word for the job and how often it restarted it (SLURM_RESTART_COUNT)."""
+    parts = [snap.scheduler] if snap.scheduler else []
+    if snap.restarts:
+        parts.append(f"restarted {snap.restarts} time(s), resumed from its checkpoint")
+    return "; ".join(parts)
+
+
 def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> str:
     """A compact plain-text status block."""
     head = f"{snap.job_id} [{snap.state}] on {snap.host}"
@@ -54,6 +62,8 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
         + ("-" if snap.heartbeat_age is None else f"{snap.heartbeat_age:.1f}s ago")
         + ("" if snap.exit_code is None else f"   exit: {snap.exit_code}"),
     ]
+    if snap.scheduler or snap.restarts:
+        lines.append(f"  scheduler: {scheduler_text(snap)}")
     if snap.diagnosis:
         lines.append(f"  diagnosis: {snap.diagnosis}")
     if snap.audit:
@@ -88,6 +98,8 @@ def snapshot_html(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
             f"<progress value='{snap.progress['step']}' max='{total}' "  # type: ignore[index]
             "style='width:100%'></progress>"
         )
+    if snap.scheduler or snap.restarts:
+        rows.append(f"<div style='color:#666'>scheduler: {e(scheduler_text(snap))}</div>")
     if snap.diagnosis:
         rows.append(f"<div><i>{e(snap.diagnosis)}</i></div>")
     if snap.audit:

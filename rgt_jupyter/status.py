@@ -46,6 +46,10 @@ class Snapshot:
     resume_attempt: int = 1
     audit: list[str] = field(default_factory=list)
     cost: str | None = None
+    #: How many times a scheduler restarted the job in place (Slurm requeue, a new pod).
+    restarts: int = 0
+    #: The scheduler's own word for the job (e.g. ``Slurm 1234: RUNNING``), when there is one.
+    scheduler: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -101,30 +105,25 @@ def last_progress(transport: Transport, control: str) -> dict[str, Any] | None:
 def as_launched(spec: dict[str, Any]) -> Snapshot:
     """What a job that was launched a moment ago is known to be, without asking its host: queued,
     with its audit findings. (The watcher observes it from then on.)"""
-    return Snapshot(
-        job_id=spec["job_id"],
-        name=spec["name"],
-        state="queued",
-        host=spec.get("host", ""),
-        observed_at=float(spec.get("launched_at") or time.time()),
-        resume_attempt=int(spec.get("attempt", 1)),
-        audit=list((spec.get("audit") or {}).get("findings", [])),
-    )
+    snap = new_snapshot(spec, "")
+    snap.observed_at = float(spec.get("launched_at") or snap.observed_at)
+    return snap
 
 
 def observe(transport: Transport, spec: dict[str, Any], log_lines: int = 12) -> Snapshot:
-    """Observe a job from its control dir; see the module docstring for the rules."""
+    """Observe a job from its control dir; see the module docstring for the rules. A scheduler's
+    job (Slurm, Kubernetes) is observed through its scheduler first."""
+    if spec.get("launcher") == "sbatch":
+        from .slurm_status import observe_slurm
+
+        return observe_slurm(transport, spec, log_lines)
+    if spec.get("launcher") == "k8s-job":
+        from .k8s_launch import observe_k8s
+
+        return observe_k8s(spec, log_lines)
     control = spec["control_dir"]
-    now = time.time()
-    snap = Snapshot(
-        job_id=spec["job_id"],
-        name=spec["name"],
-        state="queued",
-        host=spec.get("host", transport.host),
-        observed_at=now,
-        resume_attempt=int(spec.get("attempt", 1)),
-        audit=list((spec.get("audit") or {}).get("findings", [])),
-    )
+    snap = new_snapshot(spec, transport.host)
+    now = snap.observed_at
     exit_rec = _json(transport, f"{control}/exit.json")
     status = _json(transport, f"{control}/status.json")
     if exit_rec is None and status is not None:
@@ -152,22 +151,58 @@ def observe(transport: Transport, spec: dict[str, Any], log_lines: int = 12) -> 
             if exit_rec is None and _json(transport, f"{control}/status.json") is None:
                 snap.state = "lost"
                 snap.diagnosis = agent_never_reported(transport, control)
+    fill_from_records(transport, snap, control, status, exit_rec, log_lines)
+    return explain(snap)
+
+
+def new_snapshot(spec: dict[str, Any], host: str) -> Snapshot:
+    """A ``queued`` snapshot of the job, to be filled in from what is observed."""
+    return Snapshot(
+        job_id=spec["job_id"],
+        name=spec["name"],
+        state="queued",
+        host=spec.get("host", host),
+        observed_at=time.time(),
+        resume_attempt=int(spec.get("attempt", 1)),
+        audit=list((spec.get("audit") or {}).get("findings", [])),
+    )
+
+
+def fill_from_records(
+    transport: Transport,
+    snap: Snapshot,
+    control: str,
+    status: dict[str, Any] | None,
+    exit_rec: dict[str, Any] | None,
+    log_lines: int,
+) -> None:
+    """Times, exit, heartbeat, progress and log tail from the agent's records (the state is
+    taken from ``exit_rec`` when given)."""
+    now = snap.observed_at
     if status is not None:
         snap.started_at = status.get("started_at")
+        snap.restarts = int(status.get("restart") or 0)
     if exit_rec is not None:
         snap.state = str(exit_rec["state"])
         snap.exit_code = exit_rec.get("exit_code")
         snap.signal = exit_rec.get("signal")
         snap.ended_at = exit_rec.get("ended_at")
         snap.started_at = exit_rec.get("started_at", snap.started_at)
+        if snap.state == "failed":
+            snap.error = _json(transport, f"{control}/error.json")
     beat = _json(transport, f"{control}/heartbeat.json")
     if beat is not None:
         snap.heartbeat_seq = beat.get("seq")
         snap.heartbeat_age = max(0.0, now - float(beat.get("wall", now)))
     snap.progress = last_progress(transport, control)
     snap.log_tail = clean_log(transport.tail(f"{control}/log", 16384), log_lines)
+
+
+def explain(snap: Snapshot) -> Snapshot:
+    """Add the diagnosis of a failed or preempted job (unless one is already set)."""
+    if snap.diagnosis is not None:
+        return snap
     if snap.state == "failed":
-        snap.error = _json(transport, f"{control}/error.json")
         snap.diagnosis = diagnose_failure(snap)
     elif snap.state == "preempted":
         snap.diagnosis = (

@@ -10,11 +10,13 @@ if sys.version_info < (3, 10):
     sys.exit(f"rgt-jupyter needs Python 3.10+, found {sys.version.split()[0]}")
 PYV
 # The tests run against real parts: an OpenSSH server on 127.0.0.1 (and its client), tmux for the
-# tmux launcher.
+# tmux launcher, a one-node Slurm cluster (slurmctld, slurmd, and munged for its authentication).
 need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null || need+=(openssh-client)
 command -v tmux >/dev/null || need+=(tmux)
+{ [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ]; } || need+=(slurm-wlm)
+[ -x /usr/sbin/munged ] || need+=(munge)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -15,6 +15,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from rgt_jupyter.api import Job
 
+from .slurm_cluster import slurm  # noqa: F401 - a session fixture: the real one-node Slurm cluster
 from .sshd import sshd  # noqa: F401 - a session fixture: the real OpenSSH server
 
 

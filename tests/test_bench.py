@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -45,3 +46,14 @@ def test_pull_rss_bench_measures_the_notebook_process(tmp_path: Path) -> None:
     for result in results.values():
         assert result["verified"] and result["samples"] > 0
         assert 0 <= result["rss_growth_bytes"] <= 64 << 20
+
+
+def test_slurm_watch_bench_makes_one_batched_call_per_poll(tmp_path: Path, slurm: Any) -> None:
+    out = tmp_path / "slurm_watch.json"
+    _bench("slurm_watch.py", "--jobs", "12", "--window", "12", "--sleep", "4", "--out", str(out))
+    report = json.loads(out.read_text())
+    assert report["cluster"] == "already running"
+    assert report["jobs_never_visible"] == 0
+    assert report["goal_one_batched_call_per_poll"] is True
+    assert report["scheduler_calls_per_min"] < report["per_job_calls_per_min"]
+    assert report["sbatch_to_visible_s"]["max"] < 10

@@ -10,7 +10,8 @@ __all__ = ["ExecResult", "FileStat", "Transport", "get_transport"]
 
 
 def get_transport(kind: str, host: str | None = None, project: Path | None = None) -> Transport:
-    """The transport for a profile's ``transport`` field (``ssh`` needs the host alias)."""
+    """The transport for a profile's ``transport`` field (``ssh`` needs the host alias; for
+    ``kubernetes`` the host is the namespace)."""
     from ..errors import ProfileError, UsageError
 
     if kind == "local":
@@ -26,4 +27,8 @@ def get_transport(kind: str, host: str | None = None, project: Path | None = Non
         from .ssh import connect
 
         return connect(host, project)
+    if kind == "kubernetes":
+        from ..k8s_launch import KubeTransport
+
+        return KubeTransport(host or "default")
     raise ProfileError(f"transport {kind!r} is not available")
