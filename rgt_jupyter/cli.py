@@ -90,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace, project: Path) -> int:
     from .api import Job
-    from .launch import launch_seeds, request_from_args
+    from .launch import request_from_args
+    from .launch_group import launch_seeds
 
     path = Path(args.file)
     if not path.is_file():
@@ -119,7 +120,26 @@ def _job(ref: str | None, project: Path):  # type: ignore[no-untyped-def]
     return Job.latest(project) if ref is None else Job.from_registry(ref, project)
 
 
+def _group(ref: str | None, project: Path):  # type: ignore[no-untyped-def]
+    """The seed group ``ref`` names, when no job has that name or id."""
+    from .errors import JobNotFound
+    from .group import JobGroup
+
+    if ref is None:
+        return None
+    try:
+        _job(ref, project)
+        return None
+    except JobNotFound:
+        return JobGroup.find(ref, project)
+
+
 def _cmd_watch(args: argparse.Namespace, project: Path) -> int:
+    group = _group(args.job, project)
+    if group is not None:
+        states = group.wait(args.timeout) if args.wait else group.states()
+        print(group.text())
+        return 0 if set(states.values()) == {"finished"} else 1
     job = _job(args.job, project)
     if not args.wait:
         snap = job.snapshot()
@@ -153,6 +173,11 @@ def _cmd_pull(args: argparse.Namespace, project: Path) -> int:
             text = transfer_text(done, total, path, time.monotonic() - start)
             print("\r" + text[:120].ljust(120), end="", file=sys.stderr, flush=True)
 
+    group = _group(args.job, project)
+    if group is not None:
+        runs = group.pull(to=args.to)
+        print(runs.text())
+        return 0 if all(r.verified for r in runs) else 1
     run = _job(args.job, project).pull(to=args.to, on_progress=progress)
     if sys.stderr.isatty():
         print(file=sys.stderr)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import html
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from .api import Job, Run
 from .errors import JobNotFound, UsageError
@@ -66,9 +67,9 @@ class JobGroup:
                 return states
             time.sleep(poll)
 
-    def pull(self, to: str | os.PathLike[str] | None = None) -> list[Run]:
+    def pull(self, to: str | os.PathLike[str] | None = None) -> RunGroup:
         """Pull every member into its own verified run (each run.json names the group)."""
-        return [job.pull(to=to) for job in self.jobs]
+        return RunGroup(self.name, [job.pull(to=to) for job in self.jobs])
 
     def text(self) -> str:
         """One line per member."""
@@ -85,3 +86,54 @@ class JobGroup:
 
     def __repr__(self) -> str:
         return f"<JobGroup {self.id} seeds={self.seeds}>"
+
+
+class RunGroup(Sequence[Run]):
+    """The pulled runs of a seed group, with what their saved configs (``job.save_config``)
+    differ in besides the seed: a difference is disclosed, not hidden."""
+
+    def __init__(self, name: str, runs: list[Run]) -> None:
+        self.runs = runs
+        self.name = name
+        self.differences = config_differences([r.provenance.get("config") or {} for r in runs])
+
+    @overload
+    def __getitem__(self, index: int) -> Run: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Run]: ...
+
+    def __getitem__(self, index: int | slice) -> Run | list[Run]:
+        return self.runs[index]
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def __repr__(self) -> str:
+        return f"<RunGroup {self.name} runs={len(self.runs)}>"
+
+    def text(self) -> str:
+        """One line per run, and the config check."""
+        lines = [f"seed group {self.name}: {len(self)} run(s)"]
+        lines += [
+            f"  seed {r.provenance.get('seed')}: {r.run_id} verified: "
+            + ("yes" if r.verified else "NO")
+            + f" ({r.path})"
+            for r in self
+        ]
+        lines.append(
+            "  configs differ only in the seed"
+            if not self.differences
+            else "  DISCLOSE: the configs also differ in " + ", ".join(self.differences)
+        )
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        text = self.text()
+        return {"text/plain": text, "text/html": "<pre>" + html.escape(text) + "</pre>"}
+
+
+def config_differences(configs: list[dict[str, Any]]) -> list[str]:
+    """Keys (other than ``seed``) whose values are not the same in every config."""
+    keys = sorted({k for c in configs for k in c} - {"seed"})
+    return [k for k in keys if any(c.get(k) != configs[0].get(k) for c in configs[1:])]

@@ -4,39 +4,30 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 import os
 import pickle
 import re
 import secrets
-import shutil
-import stat
-import subprocess
-import sys
-import tempfile
 import time
-import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .agent import sha256_file
+from .audit import audit_cache, audit_host
+from .bundle import _HERE, CELL_PROGRAM, code_hash, job_files, job_paths, push_files, ship
 from .durability import check as check_durability
 from .durability import refusal_advice
-from .errors import JobNotFound, LaunchError, SmokeFailed, UsageError
+from .errors import JobNotFound, UsageError
 from .launcher import get_launcher
-from .names import check_env_key, check_identifier, check_job_name
+from .names import check_env_key, check_identifier, check_job_name, parse_seeds
 from .profiles import Profile, load_profile
 from .registry import Registry
-from .render import traceback_lines
 from .slurm import SlurmOptions, render_script
+from .smoke import run_smoke
 from .status import observe
 from .transport import Transport, get_transport
 
-CELL_PROGRAM = "rgt_cell.py"
-_HERE = Path(__file__).resolve().parent  # agent.py, job.py, bundle_main.py are shipped from here
-_LIB_INIT = '"""rgt_jupyter, as shipped beside a job: only the job-side API (rgt_jupyter.job)."""\n'
 _GPUS_RE = re.compile(r"all|none|\d+(,\d+)*")
 
 
@@ -100,28 +91,13 @@ def request_from_args(args: Any, **fields: Any) -> LaunchRequest:
     )
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``0-4`` / ``0,3,7`` / ``1-3,9`` as a sorted list of distinct seeds (at most 1000)."""
-    seeds: set[int] = set()
-    for part in text.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise UsageError(f"--seeds {text!r}: use a range like 0-4, a list like 0,3,7, or both")
-        first, last = int(lo), int(hi) if sep else int(lo)
-        if last < first or last - first >= 1000:
-            raise UsageError(f"--seeds {text!r}: {part} is not an increasing range of <= 1000")
-        seeds.update(range(first, last + 1))
-    if len(seeds) > 1000:
-        raise UsageError(f"--seeds {text!r}: at most 1000 seeds in one group")
-    return sorted(seeds)
-
-
 def default_name(program: str) -> str:
     """A stable name for an unnamed cell: re-running the same cell finds the same job."""
     return "job-" + hashlib.sha256(program.encode()).hexdigest()[:8]
 
 
-def _stamp() -> str:
+def stamp() -> str:
+    """The UTC time as it appears in job ids and lineages (``20261130T095513``)."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime())
 
 
@@ -172,112 +148,6 @@ def _push_entries(paths: list[str]) -> list[tuple[Path, str]]:
     return entries
 
 
-def code_hash(deployed: dict[str, str]) -> str:
-    """sha256 over the program and every pushed file (relative path and content hash)."""
-    code = sorted((k, v) for k, v in deployed.items() if k.startswith("code/"))
-    return hashlib.sha256(json.dumps(code).encode()).hexdigest()
-
-
-def push_files(
-    transport: Transport,
-    python: str,
-    control: str,
-    objects: str,
-    pushed: list[tuple[Path, str]],
-) -> dict[str, str]:
-    """Push files content-addressed: only objects the remote store lacks are sent; the agent
-    then copies them into ``<control>/code`` (a per-job dir: a live job's inputs never change).
-    Returns ``{rel: sha256}``."""
-    if not pushed:
-        return {}
-    wanted = {rel: sha256_file(str(local))[0] for local, rel in pushed}
-    agent = f"{control}/agent.py"
-
-    def agent_json(*args: str, payload: Any) -> Any:
-        result = transport.exec(
-            [python, agent, *args], stdin=json.dumps(payload).encode(), timeout=3600
-        )
-        if result.returncode != 0:
-            raise LaunchError(
-                f"the agent failed on {transport.host} ({' '.join(args[:1])}): "
-                + result.stderr.decode(errors="replace")[-1000:]
-            )
-        return json.loads(result.stdout)
-
-    local_of = {sha: local for (local, rel) in pushed for sha in [wanted[rel]]}
-    missing = agent_json("have", objects, payload=sorted(set(wanted.values())))
-    for _ in range(2):
-        for sha in missing:
-            transport.put(local_of[sha], f"{objects}/{sha[:2]}/{sha}")
-        bad = agent_json("materialize", objects, f"{control}/code", payload=wanted)["bad"]
-        if not bad:
-            return wanted
-        missing = bad  # a damaged object was dropped: send it again, once
-    raise LaunchError(f"objects kept arriving damaged on {transport.host}: {missing[:3]}")
-
-
-def job_files(req: LaunchRequest, inputs: dict[str, bytes]) -> dict[str, bytes]:
-    """The files a job needs besides its pushed ones, named relative to its control dir: the
-    program (``code/``), the serialized ``--inputs`` (``inputs/``) and the job API (``lib/``)."""
-    files = {f"code/{req.program_name}": req.program.encode()}
-    for fname, data in inputs.items():
-        files[f"inputs/{fname}"] = data
-    files["lib/rgt_jupyter/__init__.py"] = _LIB_INIT.encode()
-    files["lib/rgt_jupyter/job.py"] = (_HERE / "job.py").read_bytes()
-    return files
-
-
-def job_paths(control: str, program_name: str) -> dict[str, str]:
-    """Where a job's code, job API and inputs live under its control dir."""
-    code = f"{control}/code"
-    return {
-        "code_dir": code,
-        "lib_dir": f"{control}/lib",
-        "inputs_dir": f"{control}/inputs",
-        "program": f"{code}/{program_name}",
-    }
-
-
-def member_mode(name: str) -> int:
-    """File mode of a bundle member where it lands: the inputs and the secrets are private."""
-    parts = name.split("/")
-    return 0o600 if parts[-1] == "secrets.json" or "inputs" in parts[:-1] else 0o644
-
-
-def bundle_members(
-    files: dict[str, bytes], spec: dict[str, Any], secret_values: dict[str, str]
-) -> dict[str, bytes]:
-    """What one job's control dir receives: ``agent.py``, its files, ``launch.json`` and, when
-    there are secrets, ``secrets.json``."""
-    members = {
-        "agent.py": (_HERE / "agent.py").read_bytes(),
-        **files,
-        "launch.json": json.dumps(spec, indent=1).encode(),
-    }
-    if secret_values:
-        members["secrets.json"] = json.dumps(secret_values).encode()
-    return members
-
-
-def zip_bundle(members: dict[str, bytes]) -> bytes:
-    """The launch bundle: one zip (members stored, named relative to the control dir) with the
-    unpacking ``__main__.py``. It travels as the stdin of the one launch command, so the
-    secrets never show in a command line, an environment or a log."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
-        everything = {"__main__.py": (_HERE / "bundle_main.py").read_bytes(), **members}
-        for name, data in everything.items():
-            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-            info.external_attr = (stat.S_IFREG | member_mode(name)) << 16
-            zf.writestr(info, data)
-    return buf.getvalue()
-
-
-def ship(files: dict[str, bytes], spec: dict[str, Any], secret_values: dict[str, str]) -> bytes:
-    """The launch bundle of one job (see :func:`zip_bundle`)."""
-    return zip_bundle(bundle_members(files, spec, secret_values))
-
-
 def read_secrets(names: list[str]) -> dict[str, str]:
     """The values of ``--secret NAME``: environment variables of this process."""
     values: dict[str, str] = {}
@@ -290,183 +160,6 @@ def read_secrets(names: list[str]) -> dict[str, str]:
             )
         values[name] = os.environ[name]
     return values
-
-
-def audit_cache(profile: Profile, transport: Transport, project: Path) -> Path:
-    """Where the audit of the profile's host is kept."""
-    return project / ".rgt" / "audit" / f"{profile.name}-{transport.host}.json"
-
-
-def audit_host(
-    transport: Transport, python: str, control: str, profile: Profile, project: Path, home: str
-) -> dict[str, Any]:
-    """Phase-0 audit, once per host and project (cached in ``.rgt/audit/``), in one command
-    (``<control>/agent.py`` must be in place unless it is cached).
-
-    Findings are disclosed, not blocking, except a durable dir that cannot be written.
-    """
-    from .fsutil import atomic_write_bytes
-
-    cache = audit_cache(profile, transport, project)
-    if cache.exists():
-        report: dict[str, Any] = json.loads(cache.read_text())
-        return report
-    dirs = [
-        profile.expand(d, project, home)
-        for d in (profile.durable_dir, profile.scratch_dir, profile.workdir)
-    ]
-    # Importing torch there can take seconds: RGT_AUDIT_TORCH=0 leaves it to the job's own record.
-    probe = [] if os.environ.get("RGT_AUDIT_TORCH", "1").strip() in ("1", "") else ["--no-torch"]
-    result = transport.exec([python, f"{control}/agent.py", "audit", *probe, *dirs], timeout=300)
-    if result.returncode != 0:
-        raise LaunchError(
-            f"the audit of {transport.host} failed with {python!r} (exit {result.returncode}): "
-            f"{result.stderr.decode(errors='replace')[-800:]}\nThe job needs Python 3.8+ "
-            "there: pass --python PATH (or set `python` in the profile)."
-        )
-    facts = json.loads(result.stdout)
-    durable = facts["disks"][dirs[0]]
-    if not durable.get("writable"):
-        raise LaunchError(
-            f"the durable dir {dirs[0]} on {transport.host} is not writable "
-            f"({durable.get('error', 'the write probe failed')}): checkpoints could not be kept. "
-            "Fix its permissions or point the profile's durable_dir elsewhere."
-        )
-    report = {
-        "facts": facts,
-        "at": time.time(),
-        "host": transport.host,
-        "findings": audit_findings(facts, dirs[0]),
-    }
-    atomic_write_bytes(cache, json.dumps(report, indent=1).encode())
-    return report
-
-
-def audit_findings(facts: dict[str, Any], durable: str) -> list[str]:
-    """What a researcher should know about the machine, in plain words."""
-    found: list[str] = []
-    gib = 1 << 30
-    for path, disk in facts["disks"].items():
-        if "bytes_free" not in disk:
-            continue
-        if disk["bytes_free"] < 5 * gib:
-            found.append(f"{path}: only {disk['bytes_free'] / gib:.1f} GiB free")
-        if disk["inodes_total"] and disk["inodes_free"] < 0.05 * disk["inodes_total"]:
-            found.append(f"{path}: inodes nearly exhausted ({disk['inodes_free']} free)")
-    mem = facts["cgroup"].get("memory_max")
-    if mem and mem.isdigit() and int(mem) < (1 << 60):
-        found.append(f"cgroup memory limit {int(mem) / gib:.1f} GiB (size num_workers to it)")
-    if facts["cgroup"].get("oom_kill"):
-        found.append(f"the cgroup has already had {facts['cgroup']['oom_kill']} OOM kill(s)")
-    if facts.get("nvidia_smi") is None:
-        found.append("no NVIDIA GPU visible (nvidia-smi is absent)")
-    torch = facts.get("torch")
-    if not facts.get("torch_installed"):
-        found.append(f"torch is not installed for {facts['executable']}")
-    elif torch is not None and not torch.get("imports"):
-        found.append(f"torch does not import with {facts['executable']}: {torch.get('error')}")
-    elif torch is not None and facts.get("nvidia_smi") is not None and not torch["cuda_available"]:
-        found.append(
-            f"torch {torch['version']} does not see CUDA although nvidia-smi sees a GPU "
-            "(a CPU-only torch build, or a driver/CUDA mismatch)"
-        )
-    elif torch is not None:
-        found.append(
-            f"torch {torch['version']}, "
-            + (
-                f"CUDA {torch['cuda_version']}, {torch['device_count']} GPU(s)"
-                if torch["cuda_available"]
-                else "no CUDA"
-            )
-        )
-    free = facts["disks"][durable].get("bytes_free")
-    if free is not None:
-        found.append(f"durable dir: {free / gib:.1f} GiB free")
-    return found
-
-
-def _write_locally(
-    root: str, files: dict[str, bytes], pushed: list[tuple[Path, str]], secrets: dict[str, str]
-) -> None:
-    """Lay out a job's files under ``root`` on this machine (the smoke run's control dir)."""
-    from .fsutil import atomic_write_bytes
-
-    for name, data in files.items():
-        atomic_write_bytes(f"{root}/{name}", data, member_mode(name))
-    for local, rel in pushed:
-        dest = Path(root, "code", rel)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(local, dest)
-    if secrets:
-        atomic_write_bytes(f"{root}/secrets.json", json.dumps(secrets).encode(), 0o600)
-
-
-def run_smoke(
-    req: LaunchRequest,
-    files: dict[str, bytes],
-    pushed: list[tuple[Path, str]],
-    env: dict[str, str],
-    secrets: dict[str, str],
-) -> None:
-    """Run the program on this machine with ``RGT_SMOKE=1`` under a time budget.
-
-    Raises :class:`SmokeFailed` (with the traceback, in the cell's line numbers) when it fails.
-    """
-    with tempfile.TemporaryDirectory(prefix="rgt-smoke-") as tmp:
-        paths = job_paths(tmp, req.program_name)
-        _write_locally(tmp, files, pushed, secrets)
-        run_env = dict(os.environ)
-        run_env.update(env)
-        for name in secrets:
-            run_env.pop(name, None)
-        run_env["RGT_SECRETS_FILE"] = f"{tmp}/secrets.json"
-        run_env.update(
-            {
-                "RGT_SMOKE": "1",
-                "RGT_JOB_ID": "smoke",
-                "RGT_OUT": f"{tmp}/out",
-                "RGT_CKPT_DIR": f"{tmp}/ckpt",
-                "RGT_CONTROL_DIR": tmp,
-                "RGT_INPUTS_DIR": paths["inputs_dir"],
-                "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": paths["lib_dir"],
-            }
-        )
-        run_env.pop("RGT_RESUME", None)
-        argv = [sys.executable, str(_HERE / "agent.py"), "cell", paths["program"]]
-        try:
-            proc = subprocess.run(
-                argv,
-                cwd=paths["code_dir"],
-                env=run_env,
-                capture_output=True,
-                timeout=req.smoke_timeout,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise SmokeFailed(
-                f"the smoke run exceeded its {req.smoke_timeout:g} s budget, so the launch was "
-                "blocked",
-                [
-                    "Make the cell take a short path when rgt_jupyter.job.is_smoke() (RGT_SMOKE=1): "
-                    "tiny shapes, one or two steps.",
-                    "Or: --smoke-timeout S, or --no-smoke.",
-                ],
-            ) from exc
-        if proc.returncode != 0:
-            error_path = Path(tmp) / "error.json"
-            if error_path.exists():
-                error = json.loads(error_path.read_text())
-                lines = traceback_lines(
-                    error, paths["program"], req.line_offset, req.label, "smoke", "this machine"
-                )
-            else:
-                lines = proc.stdout.decode(errors="replace").splitlines()[-30:]
-            raise SmokeFailed(
-                f"the CPU smoke run failed (exit {proc.returncode}); nothing was launched",
-                [*lines, "(--no-smoke skips the smoke run)"],
-            )
 
 
 def _gpus_env(gpus: str | None) -> dict[str, str]:
@@ -535,7 +228,7 @@ def _check_python(python: str) -> str:
 
 
 @dataclass
-class _Target:
+class Target:
     """Where a launch goes: the profile, the transport and the registry, resolved once."""
 
     profile: Profile
@@ -548,7 +241,7 @@ class _Target:
 
 
 @dataclass
-class _Prepared:
+class Prepared:
     """One job, ready to submit: its spec and the bundle files that carry it."""
 
     spec: dict[str, Any]
@@ -557,7 +250,8 @@ class _Prepared:
     durability_ok: bool
 
 
-def _target(req: LaunchRequest, project: Path) -> _Target:
+def resolve_target(req: LaunchRequest, project: Path) -> Target:
+    """The profile, host, interpreter, transport and registry a launch goes to."""
     profile: Profile = load_profile(req.profile, project)
     if profile.launcher == "k8s-job" or profile.transport == "kubernetes":
         from .k8s_launch import check_k8s_profile
@@ -575,17 +269,17 @@ def _target(req: LaunchRequest, project: Path) -> _Target:
         host_alias = None
     python = _check_python(req.python or profile.interpreter())
     transport = get_transport(profile.transport, host_alias, project)
-    return _Target(profile, project, host_alias, python, transport, Registry(project), "")
+    return Target(profile, project, host_alias, python, transport, Registry(project), "")
 
 
-def _prepare(
+def prepare(
     req: LaunchRequest,
-    tgt: _Target,
+    tgt: Target,
     *,
     control: str | None = None,
     smoke: bool | None = None,
     extra_spec: dict[str, Any] | None = None,
-) -> _Prepared:
+) -> Prepared:
     """Every check (name, flags, paths, durability, smoke) and the job's spec and files; nothing
     is registered or started here."""
     profile, project, transport, registry = tgt.profile, tgt.project, tgt.transport, tgt.registry
@@ -603,7 +297,7 @@ def _prepare(
         and previous["state"] in ("preempted", "failed", "lost")
         and not req.fresh
     )
-    lineage = previous["lineage"] if resume and previous else f"{_stamp()}-{secrets.token_hex(3)}"
+    lineage = previous["lineage"] if resume and previous else f"{stamp()}-{secrets.token_hex(3)}"
     home = tgt.home or transport.home()
     tgt.home = home
     durable = f"{profile.expand(profile.durable_dir, project, home)}/{name}/{lineage}"
@@ -628,7 +322,7 @@ def _prepare(
         run_smoke(req, files, pushed, env, secret_values)
 
     attempt = previous["attempt"] + 1 if resume and previous else 1
-    job_id = f"{name}-{_stamp()}-{secrets.token_hex(2)}"
+    job_id = f"{name}-{stamp()}-{secrets.token_hex(2)}"
     workdir = profile.expand(profile.workdir, project, home)
     control = control or f"{workdir}/{job_id}"
     if transport.name != "kubernetes":
@@ -681,10 +375,10 @@ def _prepare(
         **staged.paths,
         **(extra_spec or {}),
     }
-    return _Prepared(spec, staged.files, secret_values, durability.ok)
+    return Prepared(spec, staged.files, secret_values, durability.ok)
 
 
-def _register(tgt: _Target, prepared: _Prepared) -> None:
+def _register(tgt: Target, prepared: Prepared) -> None:
     spec = prepared.spec
     tgt.registry.add_job(
         spec["job_id"],
@@ -699,8 +393,8 @@ def _register(tgt: _Target, prepared: _Prepared) -> None:
         tgt.registry.event(spec["job_id"], "durability_overridden", **spec["durability"])
 
 
-def _submit(
-    tgt: _Target, members: list[_Prepared], bundle: bytes, control: str
+def submit_prepared(
+    tgt: Target, members: list[Prepared], bundle: bytes, control: str
 ) -> list[dict[str, Any]]:
     """Register the jobs, send the bundle and start them in one command; return their rows."""
     for prepared in members:
@@ -734,7 +428,7 @@ def _submit(
     return rows
 
 
-def _bundle_one(tgt: _Target, prepared: _Prepared, req: LaunchRequest) -> bytes:
+def _bundle_one(tgt: Target, prepared: Prepared, req: LaunchRequest) -> bytes:
     files = dict(prepared.files)
     if tgt.profile.launcher == "sbatch":
         files["job.sbatch"] = slurm_script(tgt.profile, req, prepared.spec["name"]).encode()
@@ -750,93 +444,15 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     wait for the remote Python.
     """
     if req.seeds:
-        raise UsageError("a launch with --seeds gives several jobs: use launch_seeds()")
-    tgt = _target(req, project)
-    extra = _scheduler_spec(tgt.profile, req)
-    prepared = _prepare(req, tgt, extra_spec=extra)
+        raise UsageError("a launch with --seeds gives several jobs: use launch_group.launch_seeds")
+    tgt = resolve_target(req, project)
+    extra = scheduler_spec(tgt.profile, req)
+    prepared = prepare(req, tgt, extra_spec=extra)
     bundle = _bundle_one(tgt, prepared, req)
-    return _submit(tgt, [prepared], bundle, prepared.spec["control_dir"])[0]
+    return submit_prepared(tgt, [prepared], bundle, prepared.spec["control_dir"])[0]
 
 
-def launch_seeds(req: LaunchRequest, project: Path) -> list[dict[str, Any]]:
-    """One job per seed of ``req.seeds``, named ``<name>-s<seed>``, each with ``RGT_SEED``, grouped
-    (``spec["group"]``) so pull and verify treat them as one experiment. The members' specs are
-    checked to differ only in the seed. On Slurm they are one job array (one ``sbatch``); the
-    smoke runs once, for the first seed."""
-    if not req.seeds:
-        return [launch(req, project)]
-    tgt = _target(req, project)
-    base = check_job_name(req.name if req.name is not None else default_name(req.program))
-    check_job_name(f"{base}-s{max(req.seeds)}")
-    group = {"id": f"{base}-{_stamp()}-{secrets.token_hex(2)}", "name": base, "seeds": req.seeds}
-    array = tgt.profile.launcher == "sbatch"
-    tgt.home = tgt.transport.home()
-    group_dir = f"{tgt.profile.expand(tgt.profile.workdir, project, tgt.home)}/{group['id']}"
-    members: list[_Prepared] = []
-    for i, seed in enumerate(req.seeds):
-        member = replace(req, name=f"{base}-s{seed}", env={**req.env, "RGT_SEED": str(seed)})
-        member.seeds = []
-        extra = {**_scheduler_spec(tgt.profile, req), "group": {**group, "seed": seed}}
-        if array:
-            extra["array_task"] = seed
-        control = f"{group_dir}/{seed}" if array else None
-        members.append(_prepare(member, tgt, control=control, smoke=i == 0, extra_spec=extra))
-    differences = group_differences([m.spec for m in members])
-    if differences:
-        raise LaunchError(
-            "the members of seed group "
-            f"{base!r} differ in more than the seed ({', '.join(differences)}); nothing was "
-            "launched. Re-run with --fresh to start every member over."
-        )
-    if not array:
-        rows = []
-        for prepared in members:
-            bundle = ship(prepared.files, prepared.spec, prepared.secrets)
-            rows += _submit(tgt, [prepared], bundle, prepared.spec["control_dir"])
-        return rows
-    files: dict[str, bytes] = {
-        "job.sbatch": slurm_script(tgt.profile, req, base, tuple(req.seeds)).encode()
-    }
-    for prepared in members:
-        for rel, data in bundle_members(prepared.files, prepared.spec, prepared.secrets).items():
-            files[f"{prepared.spec['array_task']}/{rel}"] = data
-    return _submit(tgt, members, zip_bundle(files), group_dir)
-
-
-#: What the members of a seed group must share: everything that decides the result but the seed.
-_GROUP_SAME = (
-    "profile",
-    "host",
-    "python",
-    "code_hash",
-    "deployed",
-    "pushed",
-    "inputs",
-    "grace_s",
-    "ckpt_root",
-    "slurm",
-    "requeue",
-    "distributed",
-    "secret_names",
-)
-
-
-def group_differences(specs: list[dict[str, Any]]) -> list[str]:
-    """The fields (besides the seed) in which the members of a group differ."""
-    first = specs[0]
-    out = []
-    for key in _GROUP_SAME:
-        if any(s.get(key) != first.get(key) for s in specs[1:]):
-            out.append(key)
-    env0 = {k: v for k, v in first.get("env", {}).items() if k != "RGT_SEED"}
-    for s in specs[1:]:
-        if {k: v for k, v in s.get("env", {}).items() if k != "RGT_SEED"} != env0:
-            out.append("env")
-            break
-    return out
-
-
-def _scheduler_spec(profile: Profile, req: LaunchRequest) -> dict[str, Any]:
+def scheduler_spec(profile: Profile, req: LaunchRequest) -> dict[str, Any]:
     """What the agent needs to know about the scheduler it runs under."""
     if profile.launcher == "k8s-job":
         if req.push:

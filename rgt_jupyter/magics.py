@@ -17,8 +17,9 @@ from .api import Job, Run
 from .args import INPUTS_ARG, JOB_ARG, PULL_ARGS, RUN_ARGS, WATCH_ARGS, MagicParser, magic_parser
 from .args import parse_line as _parse_line
 from .errors import RemoteTraceback, RgtError
-from .group import JobGroup
-from .launch import launch_seeds, request_from_args
+from .group import JobGroup, RunGroup
+from .launch import request_from_args
+from .launch_group import launch_seeds
 from .project import project_dir
 from .render import snapshot_html, snapshot_text, transfer_text
 
@@ -198,7 +199,7 @@ class RgtMagics(Magics):
         return {"text/plain": snapshot_text(snap, tb), "text/html": snapshot_html(snap, tb)}
 
     @line_magic
-    def pull(self, line: str) -> Run | list[Run] | None:
+    def pull(self, line: str) -> Run | RunGroup | None:
         """Pull a finished job into ``runs/<run-id>/``, verified: ``%pull [JOB] [--to DIR]``."""
         args = parse_line(_PULL, line)
         if args is None:

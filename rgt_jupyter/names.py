@@ -56,3 +56,19 @@ def check_identifier(name: str, what: str) -> str:
     if not name.isidentifier():
         raise UsageError(f"{what} {name!r} is not a Python variable name")
     return name
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0-4`` / ``0,3,7`` / ``1-3,9`` as a sorted list of distinct seeds (at most 1000)."""
+    seeds: set[int] = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise UsageError(f"--seeds {text!r}: use a range like 0-4, a list like 0,3,7, or both")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first or last - first >= 1000:
+            raise UsageError(f"--seeds {text!r}: {part} is not an increasing range of <= 1000")
+        seeds.update(range(first, last + 1))
+    if len(seeds) > 1000:
+        raise UsageError(f"--seeds {text!r}: at most 1000 seeds in one group")
+    return sorted(seeds)

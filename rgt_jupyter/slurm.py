@@ -138,16 +138,14 @@ def render_script(opts: SlurmOptions) -> str:
     lines = [f"--job-name={opts.job_name}", "--output=/dev/null", "--open-mode=append"]
     lines.append("--requeue" if opts.requeue else "--no-requeue")
     lines.append(f"--signal=B:USR2@{opts.signal_lead_s}")
-    if opts.array:
-        lines.append(f"--array={array_spec(opts.array)}")
-    if opts.time:
-        lines.append(f"--time={opts.time}")
-    if opts.partition:
-        lines.append(f"--partition={opts.partition}")
-    if opts.account:
-        lines.append(f"--account={opts.account}")
-    if opts.qos:
-        lines.append(f"--qos={opts.qos}")
+    optional = {
+        "array": array_spec(opts.array) if opts.array else "",
+        "time": opts.time,
+        "partition": opts.partition,
+        "account": opts.account,
+        "qos": opts.qos,
+    }
+    lines += [f"--{key}={value}" for key, value in optional.items() if value]
     lines += [f"--nodes={opts.nodes}", "--ntasks-per-node=1"]
     if opts.cpus_per_task:
         lines.append(f"--cpus-per-task={opts.cpus_per_task}")

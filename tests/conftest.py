@@ -103,3 +103,13 @@ def pid_alive(pid: int) -> bool:
 
 
 os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+
+
+def run_cell(ip: Any, source: str) -> tuple[Any, str]:
+    """Run a cell; return its result and everything it printed or displayed (as text)."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as out:
+        result = ip.run_cell(source)
+    shown = "\n".join(str(o.data.get("text/plain", "")) for o in out.outputs)
+    return result, out.stdout + out.stderr + shown

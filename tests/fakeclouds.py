@@ -15,10 +15,11 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from .httpfake import ServedFake
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Reply:
 
 
 @dataclass
-class FakeCloud:
+class FakeCloud(ServedFake):
     """Base of the fakes: threaded server on 127.0.0.1, auth check, request log, routing."""
 
     api_key: str = "test-key-5f0c9a7e41"
@@ -57,57 +58,12 @@ class FakeCloud:
     def __post_init__(self) -> None:
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle -------------------------------------------------------------------------
-
-    def start(self) -> FakeCloud:
-        """Bind to a free port and serve in a daemon thread."""
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                fake._handle(self)
-
-            do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving (requests still hanging finish on their own daemon threads)."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeCloud:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self._server = None
 
     @property
     def url(self) -> str:
         """The API root to give the adapter."""
-        assert self._server is not None, "start() the fake first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}{self.prefix}"
+        return self.origin + self.prefix
 
     def calls(self, method: str | None = None, path: str | None = None) -> list[Recorded]:
         """Recorded requests, filtered by method and by a regex on the path (below the prefix)."""

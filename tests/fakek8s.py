@@ -33,13 +33,13 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .fakeclouds import Recorded
+from .httpfake import ServedFake
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -140,7 +140,7 @@ def selector_matches(selector: str, labels: dict[str, str]) -> bool:
 
 
 @dataclass
-class FakeK8s:
+class FakeK8s(ServedFake):
     """The fake API server: objects by (namespace, name), a request log, per-Job scripts."""
 
     token: str = "k8s-token-3c1d9b0e77a4"
@@ -166,58 +166,12 @@ class FakeK8s:
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
         self._runs: dict[tuple[str, str], dict[str, Any]] = {}
-        self._server: ThreadingHTTPServer | None = None
-
-    # -- lifecycle -------------------------------------------------------------------------
-
-    def start(self) -> FakeK8s:
-        """Bind to a free port on 127.0.0.1 and serve in a daemon thread."""
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Headers and body go out in two writes: without this, Nagle and delayed ACKs
-            # add 40 ms to every kept-alive request.
-            disable_nagle_algorithm = True
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                fake._handle(self)
-
-            do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        ).start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeK8s:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self._server = None
 
     @property
     def url(self) -> str:
         """The API server address for a kubeconfig."""
-        assert self._server is not None, "start() the fake first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.origin
 
     def write_kubeconfig(
         self, path: Path, token: str | None = None, namespace: str = "default"

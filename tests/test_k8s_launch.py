@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from IPython.utils.capture import capture_output
 
 from rgt_jupyter.api import Job
 from rgt_jupyter.errors import UsageError
 from rgt_jupyter.k8s import K8sJobSpec, render_job
 from rgt_jupyter.launch import LaunchRequest, launch
 
+from .conftest import run_cell
 from .fakek8s import FakeK8s
 
 IMAGE = "registry.example/train@sha256:" + "ab" * 32
@@ -41,18 +41,11 @@ def kube(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
         yield fake
 
 
-def _cell(ip: Any, source: str) -> tuple[Any, str]:
-    with capture_output() as out:
-        result = ip.run_cell(source)
-    shown = "\n".join(str(o.data.get("text/plain", "")) for o in out.outputs)
-    return result, out.stdout + out.stderr + shown
-
-
 def test_cell_is_submitted_watched_and_its_body_is_the_rendered_manifest(
     ip: Any, project: Path, kube: FakeK8s, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-77aa")
-    result, text = _cell(
+    result, text = run_cell(
         ip, f"%%remote_run --profile kube --name kjob --secret WANDB_API_KEY\n{PROGRAM}"
     )
     assert result.error_in_exec is None, text

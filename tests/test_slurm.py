@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from IPython.utils.capture import capture_output
 
 from rgt_jupyter.api import Job
 from rgt_jupyter.errors import LaunchError, UsageError
-from rgt_jupyter.launch import LaunchRequest, group_differences, launch, parse_seeds
+from rgt_jupyter.launch import LaunchRequest, launch
+from rgt_jupyter.names import parse_seeds
 from rgt_jupyter.slurm import SlurmLauncher, SlurmOptions, array_spec, render_script, time_seconds
 from rgt_jupyter.slurm_queue import SlurmQueue, parse_squeue
 
+from .conftest import run_cell
 from .slurm_cluster import SlurmCluster
 from .sshd import Sshd
 
@@ -31,6 +32,7 @@ HOSTILE = "it's a $(touch pwned) dir;`x`"
 TRAIN = """\
 import os, time, torch, rgt_jupyter.job as job
 job.seed_everything(job.seed(3))
+job.save_config({"lr": 0.05, "features": 8, "seed": job.seed(3)})
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 x, y = torch.randn(64, 8), torch.randn(64, 1)
@@ -127,13 +129,6 @@ def write_profile(project: Path, name: str, shared: Path, extra: str, base: str 
     )
 
 
-def _cell(ip: Any, source: str) -> tuple[Any, str]:
-    with capture_output() as out:
-        result = ip.run_cell(source)
-    shown = "\n".join(str(o.data.get("text/plain", "")) for o in out.outputs)
-    return result, out.stdout + out.stderr + shown
-
-
 def _final_weights(run: Any) -> dict[str, Any]:
     import torch
 
@@ -213,16 +208,6 @@ def test_time_and_arrays_and_seeds() -> None:
             parse_seeds(bad)
 
 
-def test_group_members_may_differ_only_in_the_seed() -> None:
-    base = {"code_hash": "h", "deployed": {"code/a.py": "1"}, "env": {"LR": "0.1"}, "python": "p"}
-    members = [
-        {**base, "env": {"LR": "0.1", "RGT_SEED": str(s)}, "job_id": f"j{s}"} for s in range(3)
-    ]
-    assert group_differences(members) == []
-    members[2] = {**members[2], "env": {"LR": "0.2", "RGT_SEED": "2"}, "code_hash": "other"}
-    assert group_differences(members) == ["code_hash", "env"]
-
-
 def test_one_batched_squeue_per_poll_for_many_jobs() -> None:
     """The queue cache asks the scheduler once per interval, whatever the number of jobs."""
     from rgt_jupyter.transport.base import ExecResult
@@ -264,7 +249,7 @@ def test_cell_on_slurm_is_watched_from_pending_to_finished_and_matches_local(
         project, "slurm", tmp_path / "cluster home", '[sbatch]\ndirectives = ["--begin=now+3"]\n'
     )
     program = TRAIN.replace("job.seed(3)", "3")
-    result, text = _cell(ip, f"%%remote_run --profile slurm --host login --name fit\n{program}")
+    result, text = run_cell(ip, f"%%remote_run --profile slurm --host login --name fit\n{program}")
     assert result.error_in_exec is None, text
     job: Job = result.result
     assert job.spec["launcher"] == "sbatch" and job.spec["slurm_job_id"].isdigit()
@@ -281,12 +266,12 @@ def test_cell_on_slurm_is_watched_from_pending_to_finished_and_matches_local(
     states = [s for s, _ in seen]
     assert states[0] == "queued" and "PENDING" in (seen[0][1] or ""), seen
     assert "running" in states and states[-1] == "finished", seen
-    result, text = _cell(ip, "%pull fit")
+    result, text = run_cell(ip, "%pull fit")
     assert result.error_in_exec is None, text
     remote = result.result
     assert remote.verified, remote.text()
     assert remote.provenance["scheduler"]["slurm_job_id"] == job.spec["slurm_job_id"]
-    result, _ = _cell(ip, f"%%remote_run --name fit-local\n{program}")
+    result, _ = run_cell(ip, f"%%remote_run --name fit-local\n{program}")
     local_job = result.result
     assert local_job.wait(120) == "finished"
     local = local_job.pull()
@@ -357,7 +342,7 @@ def test_walltime_warns_with_usr2_then_fails_as_timeout(
 def test_three_seeds_are_one_array_grouped_and_verified(
     ip: Any, project: Path, cluster: SlurmCluster
 ) -> None:
-    result, text = _cell(
+    result, text = run_cell(
         ip, f"%%remote_run --profile slurm --host login --name sweep --seeds 0-2\n{TRAIN}"
     )
     assert result.error_in_exec is None, text
@@ -367,7 +352,7 @@ def test_three_seeds_are_one_array_grouped_and_verified(
     array = ids[0].split("_")[0]
     assert ids == [f"{array}_{s}" for s in (0, 1, 2)]  # one sbatch: one array
     assert set(group.wait(240).values()) == {"finished"}
-    result, text = _cell(ip, "%pull sweep")
+    result, text = run_cell(ip, "%pull sweep")
     assert result.error_in_exec is None, text
     runs = result.result
     assert len(runs) == 3 and all(r.verified for r in runs)
@@ -376,18 +361,68 @@ def test_three_seeds_are_one_array_grouped_and_verified(
     assert [r.provenance["seed"] for r in runs] == [0, 1, 2]
     assert [r.results["seed"] for r in runs] == [0, 1, 2]
     assert len({r.results["loss"] for r in runs}) == 3
+    assert runs.differences == [] and "configs differ only in the seed" in text_of(runs)
 
 
-def test_seeds_on_a_profile_without_arrays_are_separate_jobs(project: Path) -> None:
-    from rgt_jupyter.group import JobGroup
-    from rgt_jupyter.launch import launch_seeds
+def text_of(obj: Any) -> str:
+    return str(obj._repr_mimebundle_()["text/plain"])
 
-    program = "import rgt_jupyter.job as job\njob.save_results({'seed': job.seed(-1)})\n"
-    rows = launch_seeds(LaunchRequest(program=program, name="loc", seeds=[4, 5]), project)
-    group = JobGroup.from_registry("loc", project)
-    assert [r["name"] for r in rows] == ["loc-s4", "loc-s5"] and group.seeds == [4, 5]
-    assert set(group.wait(60).values()) == {"finished"}
-    assert [r.results["seed"] for r in group.pull()] == [4, 5]
+
+@pytest.mark.parametrize(
+    ("raw", "reason", "exit_state", "state", "words"),
+    [
+        ("PENDING", "Priority", None, "queued", "waiting behind higher-priority jobs"),
+        ("REQUEUED", "BeginTime", "preempted", "queued", "requeued (BeginTime)"),
+        ("RUNNING", "None", None, "running", None),
+        ("OUT_OF_MEMORY", "OutOfMemory", "failed", "failed", "out of memory (OUT_OF_MEMORY)"),
+        ("NODE_FAIL", "NodeDown", None, "failed", "node failure (NODE_FAIL)"),
+        ("PREEMPTED", "None", "preempted", "preempted", "preempted (PREEMPTED)"),
+        ("TIMEOUT", "TimeLimit", "preempted", "failed", "walltime (TIMEOUT)"),
+        ("CANCELLED", "None", None, "failed", "CANCELLED (scancel) before the agent"),
+        ("COMPLETED", "None", "finished", "finished", None),
+    ],
+)
+def test_slurm_states_in_the_contracts_words(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    raw: str,
+    reason: str,
+    exit_state: str | None,
+    state: str,
+    words: str | None,
+) -> None:
+    from rgt_jupyter import slurm_status
+    from rgt_jupyter.slurm_queue import SchedState
+    from rgt_jupyter.transport.local import LocalTransport
+
+    control = tmp_path / "control"
+    control.mkdir()
+    (control / "status.json").write_text(json.dumps({"started_at": 1.0, "restart": 0}))
+    if exit_state is not None:
+        (control / "exit.json").write_text(
+            json.dumps({"state": exit_state, "exit_code": 0, "agent_signals": []})
+        )
+
+    class Queue:
+        def state(self, transport: Any, job_id: str) -> SchedState:
+            return SchedState(raw, reason)
+
+        def forget(self, transport: Any, job_id: str) -> None:
+            pass
+
+    monkeypatch.setattr(slurm_status, "slurm_queue", lambda: Queue())
+    spec = {
+        "job_id": "j",
+        "name": "n",
+        "control_dir": str(control),
+        "slurm_job_id": "9",
+        "ckpt_dir": str(tmp_path / "ckpt"),
+    }
+    snap = slurm_status.observe_slurm(LocalTransport(), spec)
+    assert snap.state == state, snap
+    assert snap.scheduler is not None and snap.scheduler.startswith(f"Slurm 9: {raw}")
+    if words is not None:
+        assert snap.diagnosis is not None and words in snap.diagnosis, snap.diagnosis
 
 
 def test_scancel_stop_saves_and_ends_preempted(project: Path, cluster: SlurmCluster) -> None:

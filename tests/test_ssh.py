@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.utils.capture import capture_output
 
 from rgt_jupyter.api import Job
 from rgt_jupyter.errors import PullError
@@ -24,7 +23,7 @@ from rgt_jupyter.registry import Registry
 from rgt_jupyter.render import strip_ansi
 from rgt_jupyter.transport.ssh import SSHError, connect
 
-from .conftest import wait_for
+from .conftest import run_cell, wait_for
 from .faultproxy import FaultProxy
 from .sshd import Sshd
 
@@ -84,15 +83,8 @@ def cutbox(sshd: Sshd, known: Path) -> Iterator[FaultProxy]:
         yield proxy
 
 
-def _cell(ip: Any, source: str) -> tuple[Any, str]:
-    with capture_output() as out:
-        result = ip.run_cell(source)
-    shown = "\n".join(str(o.data.get("text/plain", "")) for o in out.outputs)
-    return result, out.stdout + out.stderr + shown
-
-
 def test_the_whole_arc_over_ssh_matches_local(ip: Any, project: Path, box: Path) -> None:
-    result, _ = _cell(ip, f"%%remote_run --profile box --host testbox --name arc\n{JOB}")
+    result, _ = run_cell(ip, f"%%remote_run --profile box --host testbox --name arc\n{JOB}")
     assert result.error_in_exec is None, result.error_in_exec
     job = result.result
     assert job.spec["transport"] == "ssh" and job.spec["host_alias"] == "testbox"
@@ -101,16 +93,16 @@ def test_the_whole_arc_over_ssh_matches_local(ip: Any, project: Path, box: Path)
     assert audit["python"] == job.spec["audit"]["python"]
     assert all(d["writable"] for d in audit["disks"].values())
     assert any("durable dir" in f for f in job.spec["audit"]["findings"])
-    result, text = _cell(ip, "%watch arc --wait --timeout 120")
+    result, text = run_cell(ip, "%watch arc --wait --timeout 120")
     assert result.error_in_exec is None, text
     assert result.result.state == "finished"
-    result, text = _cell(ip, "%pull arc")
+    result, text = run_cell(ip, "%pull arc")
     assert result.error_in_exec is None, text
     remote_run = result.result
     assert remote_run.verified, remote_run.text()
     assert remote_run.provenance["host"] == "testbox"
     # The same program on this machine gives the same results.
-    result, _ = _cell(ip, f"%%remote_run --name arc-local\n{JOB}")
+    result, _ = run_cell(ip, f"%%remote_run --name arc-local\n{JOB}")
     local_job = result.result
     assert local_job.wait(60) == "finished"
     assert local_job.pull().results == remote_run.results
@@ -162,7 +154,7 @@ def test_unknown_host_is_refused_before_login(
 ) -> None:
     box.write_text("")
     logins = sshd.accepted()
-    result, _ = _cell(ip, "%%remote_run --profile box --host testbox --name unk\nprint(1)\n")
+    result, _ = run_cell(ip, "%%remote_run --profile box --host testbox --name unk\nprint(1)\n")
     assert isinstance(result.error_in_exec, UsageError)
     message = str(result.error_in_exec)
     assert "host_key_unknown" in message and "SHA256:" in message
@@ -247,7 +239,7 @@ def test_proxyjump_and_error_classes(
 
 
 def test_ssh_profile_needs_a_host(ip: Any, project: Path) -> None:
-    result, _ = _cell(ip, "%%remote_run --profile ssh --no-smoke --name nohost\nprint(1)\n")
+    result, _ = run_cell(ip, "%%remote_run --profile ssh --no-smoke --name nohost\nprint(1)\n")
     assert isinstance(result.error_in_exec, UsageError)
     assert "--host ALIAS" in str(result.error_in_exec)
 
@@ -336,7 +328,7 @@ def test_secret_never_leaks(
     watcher = threading.Thread(target=watch_ps)
     watcher.start()
     try:
-        result, text = _cell(
+        result, text = run_cell(
             ip, f"%%remote_run {target} --name sec --secret TEST_TOKEN --smoke\n{body}"
         )
         assert result.error_in_exec is None, text
@@ -345,7 +337,7 @@ def test_secret_never_leaks(
     finally:
         stop.set()
         watcher.join()
-    result, more = _cell(ip, "%watch sec --wait\nr = %pull sec\nprint(r.results, r.provenance)")
+    result, more = run_cell(ip, "%watch sec --wait\nr = %pull sec\nprint(r.results, r.provenance)")
     text += more
     results = job.result()
     assert results["sha"] == hashlib.sha256(value.encode()).hexdigest()
@@ -361,7 +353,7 @@ def test_secret_never_leaks(
 
 
 def test_missing_secret_is_a_usage_error(ip: Any, project: Path) -> None:
-    result, _ = _cell(ip, "%%remote_run --name ms --secret NOT_SET_ANYWHERE\nprint(1)\n")
+    result, _ = run_cell(ip, "%%remote_run --name ms --secret NOT_SET_ANYWHERE\nprint(1)\n")
     assert isinstance(result.error_in_exec, UsageError)
     assert "no environment variable NOT_SET_ANYWHERE" in str(result.error_in_exec)
     assert Registry(project).jobs() == []
@@ -519,7 +511,7 @@ def test_remote_run_cell_returns_after_one_command_and_shows_it_queued(
     from rgt_jupyter.transport.ssh import SSHTransport
 
     target = "--profile box --host testbox"
-    result, _ = _cell(ip, f"%%remote_run {target} --name warm\nprint(0)\n")
+    result, _ = run_cell(ip, f"%%remote_run {target} --name warm\nprint(0)\n")
     assert result.error_in_exec is None
     main = threading.current_thread()
     calls: list[str] = []
@@ -535,7 +527,7 @@ def test_remote_run_cell_returns_after_one_command_and_shows_it_queued(
     with monkeypatch.context() as patch:
         for method in ("exec", "read_bytes", "stat", "listdir", "put", "write_bytes", "makedirs"):
             patch.setattr(SSHTransport, method, on_main(method, getattr(SSHTransport, method)))
-        result, shown = _cell(ip, f"%%remote_run {target} --name quick\nprint('q')\n")
+        result, shown = run_cell(ip, f"%%remote_run {target} --name quick\nprint('q')\n")
     assert result.error_in_exec is None, shown
     assert calls == ["exec"]
     assert "queued" in strip_ansi(shown)
