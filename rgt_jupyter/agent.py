@@ -674,6 +674,9 @@ class Supervisor:
         log.close()
         env_thread.join(60)  # provenance of a short job must not be lost to its quick end
         state = self.final_state(rc)
+        requeue = state == "failed" and self.walltime_warned() and self.requeues_left()
+        if requeue:
+            state = "preempted"  # it runs again, in a new allocation, from its checkpoint
         self.drop_secrets(state)
         manifest = build_manifest(
             {"outputs": self.spec["out_dir"], "checkpoints": self.spec["ckpt_dir"]}
@@ -690,13 +693,32 @@ class Supervisor:
                 "started_at": self.started_at,
                 "ended_at": ended,
                 "restart": self.restart,
-                "reason": "walltime" if self.walltime_warned() else None,
+                "reason": ("walltime, requeued" if requeue else "walltime")
+                if self.walltime_warned()
+                else None,
                 "checkpoints": sum(1 for k in manifest["files"] if k.startswith("checkpoints/")),
             },
         )
         self.status(state=state, ended_at=ended, exit_code=rc)
         self.heartbeat()
+        if requeue:
+            self.requeue_self()
         return 0
+
+    def requeues_left(self) -> bool:
+        """Whether the profile's ``[sbatch] timeout_requeues`` allows one more run after a
+        walltime warning (submitit's pattern for jobs longer than the partition's limit)."""
+        allowed = int((self.spec.get("slurm") or {}).get("timeout_requeues", 0))
+        return bool(self.spec.get("requeue")) and self.slurm.get("restart_count", 0) < allowed
+
+    def requeue_self(self) -> None:
+        """``scontrol requeue`` this job; Slurm then ends this run (SIGTERM) and starts it again."""
+        job = self.slurm.get("job_id") or ""
+        if self.slurm.get("array_task_id"):
+            job = "%s_%s" % (self.slurm["array_job_id"], self.slurm["array_task_id"])
+        done = _run(["scontrol", "requeue", job], 60)
+        if done is None or done["rc"] != 0:
+            sys.stderr.write("agent: scontrol requeue %s failed: %s\n" % (job, done))
 
     def record_env(self) -> None:
         try:

@@ -14,7 +14,7 @@ from .errors import RemoteTraceback, UsageError
 from .project import project_dir
 from .registry import Registry
 from .render import snapshot_html, snapshot_text, traceback_lines
-from .status import Snapshot, as_launched, observe
+from .status import TERMINAL, Snapshot, as_launched, observe
 from .transport import Transport, get_transport
 
 
@@ -31,7 +31,7 @@ class Job:
         self.profile: str = row["profile"]
         self._transport: Transport | None = None
         self._last: Snapshot | None = None
-        if self.spec.get("slurm_job_id"):
+        if self.spec.get("slurm_job_id") and row.get("state") not in TERMINAL:
             from .slurm_queue import slurm_queue
 
             slurm_queue().follow(self.spec.get("host", ""), self.spec["slurm_job_id"])

@@ -464,7 +464,13 @@ def scheduler_spec(profile: Profile, req: LaunchRequest) -> dict[str, Any]:
     if profile.launcher != "sbatch":
         return {}
     opts = slurm_options(profile, req, "x")
-    extra: dict[str, Any] = {"requeue": opts.requeue, "slurm": dataclasses.asdict(opts)}
+    extra: dict[str, Any] = {
+        "requeue": opts.requeue,
+        "slurm": {
+            **dataclasses.asdict(opts),
+            "timeout_requeues": int(profile.sbatch.get("timeout_requeues", 0)),
+        },
+    }
     if opts.nodes > 1:
         extra["distributed"] = {
             "nodes": opts.nodes,

@@ -270,6 +270,7 @@ _SUB: dict[str, _Spec] = {
         "cpus_per_task": ("int", False),
         "requeue": ("bool", False),
         "signal_lead_s": ("int", False),
+        "timeout_requeues": ("int", False),
         "pg_timeout_s": ("int", False),
         "directives": ("strlist", False),
     },

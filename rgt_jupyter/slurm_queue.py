@@ -14,9 +14,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .slurm import ALIVE, WAITING
 from .transport import Transport
 
 SQUEUE_FORMAT = "%i|%T|%r"
+#: States after which Slurm may still run the job again (with --requeue, a preempted job or one
+#: whose node failed is requeued), besides those of a job that waits or runs.
+_MAY_CHANGE = WAITING | ALIVE | {"PREEMPTED", "NODE_FAIL"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,9 @@ class SlurmQueue:
         refresh (after a submit or a cancel)."""
         with self._lock:
             host = self._hosts.setdefault(transport.host, _Host(set(), {}))
+            known = host.states.get(job_id)
+            if known is not None and not fresh and known.raw not in _MAY_CHANGE:
+                return known  # it has ended: Slurm's word on it will not change
             host.followed.add(job_id)
             due = time.monotonic() - host.fetched_at >= host.interval
             if fresh or due or job_id not in host.asked:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,3 +115,20 @@ def run_cell(ip: Any, source: str) -> tuple[Any, str]:
         result = ip.run_cell(source)
     shown = "\n".join(str(o.data.get("text/plain", "")) for o in out.outputs)
     return result, out.stdout + out.stderr + shown
+
+
+def rgt(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``rgt ARGS`` (``python -m rgt_jupyter``) in ``cwd``, finding the project from there."""
+    env = {k: v for k, v in os.environ.items() if k != "RGT_PROJECT"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "rgt_jupyter", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc

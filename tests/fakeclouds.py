@@ -17,20 +17,8 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from .httpfake import ServedFake
-
-
-@dataclass
-class Recorded:
-    """One request as the fake received it."""
-
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    body: Any
-    headers: dict[str, str]
+from .httpfake import Recorded, ServedFake
 
 
 @dataclass
@@ -65,17 +53,6 @@ class FakeCloud(ServedFake):
         """The API root to give the adapter."""
         return self.origin + self.prefix
 
-    def calls(self, method: str | None = None, path: str | None = None) -> list[Recorded]:
-        """Recorded requests, filtered by method and by a regex on the path (below the prefix)."""
-        with self.lock:
-            found = list(self.requests)
-        return [
-            r
-            for r in found
-            if (method is None or r.method == method)
-            and (path is None or re.fullmatch(path, r.path[len(self.prefix) :]))
-        ]
-
     def next_id(self) -> int:
         return next(self._ids)
 
@@ -99,15 +76,8 @@ class FakeCloud(ServedFake):
     # -- plumbing ----------------------------------------------------------------------------
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
-        parts = urlsplit(h.path)
-        length = int(h.headers.get("Content-Length") or 0)
-        raw = h.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw) if raw else None
-            bad_json = False
-        except ValueError:
-            body, bad_json = raw.decode(errors="replace"), True
-        rec = Recorded(h.command, parts.path, parse_qs(parts.query), body, dict(h.headers.items()))
+        path, query, body, bad_json = self.read_request(h)
+        rec = Recorded(h.command, path, query, body, dict(h.headers.items()))
         with self.lock:
             self.requests.append(rec)
             drop = self.drop_next > 0 and h.command in self.drop_methods
@@ -122,11 +92,11 @@ class FakeCloud(ServedFake):
             reply = self.unauthorized(presented)
         elif bad_json:
             reply = self.bad_request("request body is not JSON")
-        elif not parts.path.startswith(self.prefix + "/"):
-            reply = self.not_found(parts.path)
+        elif not path.startswith(self.prefix + "/"):
+            reply = self.not_found(path)
         else:
             with self.lock:
-                reply = self.route(h.command, parts.path[len(self.prefix) :], rec.query, body)
+                reply = self.route(h.command, path[len(self.prefix) :], rec.query, body)
         if reply.hang:
             time.sleep(reply.hang)
         payload = b"" if reply.body is None else json.dumps(reply.body).encode()

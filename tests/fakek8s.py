@@ -36,10 +36,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote
 
-from .fakeclouds import Recorded
-from .httpfake import ServedFake
+from .httpfake import Recorded, ServedFake
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -195,17 +194,6 @@ class FakeK8s(ServedFake):
         path.write_text(json.dumps(config, indent=1))
         return path
 
-    def calls(self, method: str | None = None, path: str | None = None) -> list[Recorded]:
-        """Recorded requests, filtered by method and by a regex matched against the whole path."""
-        with self.lock:
-            found = list(self.requests)
-        return [
-            r
-            for r in found
-            if (method is None or r.method == method)
-            and (path is None or re.fullmatch(path, r.path))
-        ]
-
     def pods_of(self, ns: str, job: str) -> list[dict[str, Any]]:
         """The pods the simulated controller made for a Job, oldest first."""
         with self.lock:
@@ -218,16 +206,8 @@ class FakeK8s(ServedFake):
     # -- plumbing ----------------------------------------------------------------------------
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
-        parts = urlsplit(h.path)
-        length = int(h.headers.get("Content-Length") or 0)
-        raw = h.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw) if raw else None
-            bad_json = False
-        except ValueError:
-            body, bad_json = raw.decode(errors="replace"), True
-        query = parse_qs(parts.query)
-        rec = Recorded(h.command, parts.path, query, body, dict(h.headers.items()))
+        path, query, body, bad_json = self.read_request(h)
+        rec = Recorded(h.command, path, query, body, dict(h.headers.items()))
         with self.lock:
             self.requests.append(rec)
         auth = h.headers.get("Authorization", "")
@@ -240,15 +220,15 @@ class FakeK8s(ServedFake):
         elif refused := [
             (code, why)
             for m, rx, code, why in self.refuse
-            if m == h.command and re.fullmatch(rx, parts.path)
+            if m == h.command and re.fullmatch(rx, path)
         ]:
             code, why = refused[0]
             reply = _error(code, why, f"refused on purpose ({why})")
         else:
             with self.lock:
-                reply = self._route(h.command, parts.path, query, body, rec.headers)
+                reply = self._route(h.command, path, query, body, rec.headers)
         delay = self.hang + sum(
-            s for m, rx, s in self.slow if m == h.command and re.fullmatch(rx, parts.path)
+            s for m, rx, s in self.slow if m == h.command and re.fullmatch(rx, path)
         )
         if delay:
             time.sleep(delay)

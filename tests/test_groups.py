@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +14,7 @@ from rgt_jupyter.launch import LaunchRequest
 from rgt_jupyter.launch_group import group_differences, launch_seeds
 from rgt_jupyter.names import parse_seeds
 
-from .conftest import run_cell
+from .conftest import rgt, run_cell
 
 PROGRAM = (
     "import rgt_jupyter.job as job\n"
@@ -59,20 +56,7 @@ def test_seeds_are_separate_jobs_grouped_in_the_magics_and_the_cli(ip: Any, proj
     assert [j.spec["env"]["RGT_SEED"] for j in group.jobs] == ["4", "5"]
     assert len({j.spec["group"]["id"] for j in group.jobs}) == 1
     assert sum(j.spec["smoke"] for j in group.jobs) <= 1  # the smoke runs once, if at all
-    env = {k: v for k, v in os.environ.items() if k != "RGT_PROJECT"}
-
-    def rgt(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "rgt_jupyter", *args],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-
-    watched = rgt("watch", "loc", "--wait", "--timeout", "120")
+    watched = rgt("watch", "loc", "--wait", "--timeout", "120", cwd=project, check=False)
     assert watched.returncode == 0, watched.stdout + watched.stderr
     assert "seed 4:" in watched.stdout and "[finished]" in watched.stdout
     result, text = run_cell(ip, "%pull loc")
@@ -81,7 +65,7 @@ def test_seeds_are_separate_jobs_grouped_in_the_magics_and_the_cli(ip: Any, proj
     assert [r.results["seed"] for r in runs] == [4, 5] and all(r.verified for r in runs)
     assert runs.differences == [] and "configs differ only in the seed" in text
     assert {r.provenance["group"]["id"] for r in runs} == {group.id}
-    pulled = rgt("pull", "loc")
+    pulled = rgt("pull", "loc", cwd=project, check=False)
     assert pulled.returncode == 0 and pulled.stdout.count("verified: yes") == 2, pulled.stdout
     assert json.loads((runs[0].path / "run.json").read_text())["seed"] == 4
 

@@ -29,8 +29,8 @@ from rgt_jupyter.k8s import (
 )
 from rgt_jupyter.k8s_client import K8sJobs, K8sState, job_state
 
-from .fakeclouds import Recorded
 from .fakek8s import FakeK8s, Script
+from .httpfake import Recorded
 
 GOLDEN = Path(__file__).parent / "golden" / "k8s_job.json"
 NS = "ml"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import shlex
 import shutil
 import sqlite3
@@ -27,26 +26,10 @@ from rgt_jupyter.launch import LaunchRequest, launch
 from rgt_jupyter.launcher import DetachedLauncher
 from rgt_jupyter.profiles import ProfileError, load_profile, parse_profile
 
-from .conftest import control_json
+from .conftest import control_json, rgt
 
 GOLDEN = Path(__file__).parent / "golden"
 PKG = Path(rgt_jupyter.__file__).parent
-
-
-def rgt(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "RGT_PROJECT"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "rgt_jupyter", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if check:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
 
 
 def test_launch_line_golden() -> None:

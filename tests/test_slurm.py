@@ -4,7 +4,6 @@ reached over a real SSH session like a login node."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -15,17 +14,13 @@ from typing import Any
 import pytest
 
 from rgt_jupyter.api import Job
-from rgt_jupyter.errors import LaunchError, UsageError
+from rgt_jupyter.errors import LaunchError
 from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.names import parse_seeds
-from rgt_jupyter.slurm import SlurmLauncher, SlurmOptions, array_spec, render_script, time_seconds
-from rgt_jupyter.slurm_queue import SlurmQueue, parse_squeue
 
 from .conftest import run_cell
 from .slurm_cluster import SlurmCluster
 from .sshd import Sshd
 
-GOLDEN = Path(__file__).parent / "golden"
 HOSTILE = "it's a $(touch pwned) dir;`x`"
 
 #: A CPU training loop that checkpoints every step and stops at a step boundary when warned.
@@ -50,7 +45,7 @@ for step in range(start + 1, STEPS + 1):
     job.progress(step, STEPS, loss=float(loss))
     if job.preempted():
         raise SystemExit(0)
-    time.sleep(float(os.environ.get("PAUSE", "0.3")))
+    time.sleep(float(os.environ.get("RESUME_PAUSE" if job.is_resume() else "PAUSE", "0.3")))
 torch.save(model.state_dict(), os.path.join(job.out_dir(), "final.pt"))
 job.save_results({"loss": float(loss), "seed": job.seed(3)})
 """
@@ -133,110 +128,6 @@ def _final_weights(run: Any) -> dict[str, Any]:
     import torch
 
     return dict(torch.load(run.outputs / "final.pt", weights_only=True))
-
-
-# -- rendering (no cluster) ---------------------------------------------------------------------
-
-
-def test_sbatch_script_golden() -> None:
-    """The batch script, pinned: resources as directives, the paths only as $1/$2."""
-    single = render_script(
-        SlurmOptions("train-1", time="2:00:00", partition="gpu", gpus="a100:2", signal_lead_s=180)
-    )
-    multi = render_script(
-        SlurmOptions(
-            "sweep",
-            time="1-00:00",
-            nodes=2,
-            gpus="4",
-            array=(0, 1, 2, 5),
-            account="lab",
-            directives=("--mem=64G", "--constraint=a100"),
-        )
-    )
-    text = single + "----\n" + multi
-    if os.environ.get("RGT_UPDATE_GOLDEN") == "1":
-        assert not os.environ.get("CI"), "golden files are never rewritten in CI"
-        (GOLDEN / "sbatch.txt").write_text(text)
-    assert text == (GOLDEN / "sbatch.txt").read_text()
-
-
-def test_submit_line_passes_hostile_paths_as_arguments() -> None:
-    control = f"/srv/{HOSTILE}\nnext/job-1"
-    argv = SlurmLauncher().render("/opt/py 3/bin/python", control)
-    assert argv[:2] == ["sh", "-c"] and argv[3] == "rgt-submit"
-    assert argv[4:] == [
-        control,
-        "/opt/py 3/bin/python",
-        f"{control}/job.sbatch",
-        control,
-        "/opt/py 3/bin/python",
-    ]
-    assert HOSTILE not in argv[2]
-
-
-@pytest.mark.parametrize(
-    "opts",
-    [
-        SlurmOptions("a", time="2 hours"),
-        SlurmOptions("a", partition="gpu; rm -rf ~"),
-        SlurmOptions("a", gpus="2 --wrap=x"),
-        SlurmOptions("a", nodes=0),
-        SlurmOptions("a", time="1", signal_lead_s=90),
-        SlurmOptions("a", directives=("--output=/tmp/x",)),
-        SlurmOptions("a", directives=("--comment=two words",)),
-        SlurmOptions("a", directives=("--mem=1G\n#SBATCH --uid=0",)),
-    ],
-)
-def test_values_slurm_would_misread_are_refused(opts: SlurmOptions) -> None:
-    with pytest.raises(UsageError):
-        render_script(opts)
-
-
-def test_time_and_arrays_and_seeds() -> None:
-    assert [time_seconds(t) for t in ("30", "1:30", "1:00:00", "1-2", "1-0:0:5")] == [
-        1800,
-        90,
-        3600,
-        93600,
-        86405,
-    ]
-    assert array_spec((0, 1, 2, 5, 7, 8)) == "0-2,5,7-8"
-    assert parse_seeds("0-2,7") == [0, 1, 2, 7]
-    for bad in ("a", "3-1", "0-5000", "-1"):
-        with pytest.raises(UsageError):
-            parse_seeds(bad)
-
-
-def test_one_batched_squeue_per_poll_for_many_jobs() -> None:
-    """The queue cache asks the scheduler once per interval, whatever the number of jobs."""
-    from rgt_jupyter.transport.base import ExecResult
-
-    class Login:
-        name, host = "fake", "login"
-        argvs: list[list[str]] = []
-
-        def exec(self, argv: list[str], **_: Any) -> ExecResult:
-            self.argvs.append(argv)
-            lines = "".join(f"{i}|RUNNING|None\n" for i in range(100, 150))
-            return ExecResult(tuple(argv), 0, lines.encode(), b"")
-
-    login = Login()
-    queue = SlurmQueue(min_interval=60)
-    for i in range(100, 150):
-        queue.follow("login", str(i))  # what each Job handle does when it is made
-    for _ in range(5):
-        states = [queue.state(login, str(i)) for i in range(100, 150)]  # type: ignore[arg-type]
-    assert len(login.argvs) == 1
-    assert login.argvs[0][-3] == "--jobs=" + ",".join(str(i) for i in range(100, 150))
-    assert all(s is not None and s.raw == "RUNNING" for s in states)
-    # A job not asked about yet: one squeue; squeue no longer lists it, so one sacct for it.
-    assert queue.state(login, "150") is None  # type: ignore[arg-type]
-    assert [a[0] for a in login.argvs] == ["squeue", "squeue", "sacct"]
-    assert "--jobs=150" in login.argvs[2]
-    queue.state(login, "150")  # type: ignore[arg-type]
-    assert len(login.argvs) == 3
-    assert parse_squeue("7_1|PENDING|BeginTime\n")["7_1"].reason == "BeginTime"
 
 
 # -- on the cluster ------------------------------------------------------------------------------
@@ -339,6 +230,31 @@ def test_walltime_warns_with_usr2_then_fails_as_timeout(
     assert any(r["ok"] for r in run.verification["checkpoint_loads"])
 
 
+def test_timeout_requeues_carry_a_long_job_past_its_walltime(
+    project: Path, cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """[sbatch] timeout_requeues = 1: warned before --time, the job saves, requeues itself and
+    goes on from its checkpoint in a new allocation (submitit's pattern)."""
+    write_profile(
+        project,
+        "chain",
+        tmp_path / "cluster home",
+        "[sbatch]\nsignal_lead_s = 40\ntimeout_requeues = 1\n",
+    )
+    env = {"STEPS": "150", "PAUSE": "0.5", "RESUME_PAUSE": "0.01"}
+    req = LaunchRequest(
+        program=TRAIN, name="chain", profile="chain", host="login", env=env, time="1"
+    )
+    job = Job(launch(req, project), project)
+    assert job.wait(240) == "finished", job.snapshot().diagnosis
+    first = json.loads((Path(job.spec["control_dir"]) / "attempts" / "1" / "exit.json").read_text())
+    assert first["reason"] == "walltime, requeued" and first["state"] == "preempted"
+    assert 0 < first["checkpoints"]
+    snap = job.snapshot()
+    assert snap.restarts == 1 and snap.progress is not None and snap.progress["step"] == 150
+    assert job.pull().verified
+
+
 def test_three_seeds_are_one_array_grouped_and_verified(
     ip: Any, project: Path, cluster: SlurmCluster
 ) -> None:
@@ -366,63 +282,6 @@ def test_three_seeds_are_one_array_grouped_and_verified(
 
 def text_of(obj: Any) -> str:
     return str(obj._repr_mimebundle_()["text/plain"])
-
-
-@pytest.mark.parametrize(
-    ("raw", "reason", "exit_state", "state", "words"),
-    [
-        ("PENDING", "Priority", None, "queued", "waiting behind higher-priority jobs"),
-        ("REQUEUED", "BeginTime", "preempted", "queued", "requeued (BeginTime)"),
-        ("RUNNING", "None", None, "running", None),
-        ("OUT_OF_MEMORY", "OutOfMemory", "failed", "failed", "out of memory (OUT_OF_MEMORY)"),
-        ("NODE_FAIL", "NodeDown", None, "failed", "node failure (NODE_FAIL)"),
-        ("PREEMPTED", "None", "preempted", "preempted", "preempted (PREEMPTED)"),
-        ("TIMEOUT", "TimeLimit", "preempted", "failed", "walltime (TIMEOUT)"),
-        ("CANCELLED", "None", None, "failed", "CANCELLED (scancel) before the agent"),
-        ("COMPLETED", "None", "finished", "finished", None),
-    ],
-)
-def test_slurm_states_in_the_contracts_words(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    raw: str,
-    reason: str,
-    exit_state: str | None,
-    state: str,
-    words: str | None,
-) -> None:
-    from rgt_jupyter import slurm_status
-    from rgt_jupyter.slurm_queue import SchedState
-    from rgt_jupyter.transport.local import LocalTransport
-
-    control = tmp_path / "control"
-    control.mkdir()
-    (control / "status.json").write_text(json.dumps({"started_at": 1.0, "restart": 0}))
-    if exit_state is not None:
-        (control / "exit.json").write_text(
-            json.dumps({"state": exit_state, "exit_code": 0, "agent_signals": []})
-        )
-
-    class Queue:
-        def state(self, transport: Any, job_id: str) -> SchedState:
-            return SchedState(raw, reason)
-
-        def forget(self, transport: Any, job_id: str) -> None:
-            pass
-
-    monkeypatch.setattr(slurm_status, "slurm_queue", lambda: Queue())
-    spec = {
-        "job_id": "j",
-        "name": "n",
-        "control_dir": str(control),
-        "slurm_job_id": "9",
-        "ckpt_dir": str(tmp_path / "ckpt"),
-    }
-    snap = slurm_status.observe_slurm(LocalTransport(), spec)
-    assert snap.state == state, snap
-    assert snap.scheduler is not None and snap.scheduler.startswith(f"Slurm 9: {raw}")
-    if words is not None:
-        assert snap.diagnosis is not None and words in snap.diagnosis, snap.diagnosis
 
 
 def test_scancel_stop_saves_and_ends_preempted(project: Path, cluster: SlurmCluster) -> None:
@@ -461,44 +320,6 @@ def test_hostile_paths_run_exactly_on_the_cluster(
     assert job.spec["control_dir"].startswith(str(shared))
     assert (Path(job.spec["out_dir"]) / "results.json").exists()
     assert not (Path.home() / "pwned").exists() and not Path("pwned").exists()
-
-
-def test_multi_node_runs_one_torchrun_per_node_with_slurm_rendezvous(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """--nodes 2: srun starts torchrun on each node; the rendezvous is Slurm's; NCCL recorded."""
-    from rgt_jupyter import agent
-
-    spec = {
-        "job_id": "mn-1",
-        "python": "/opt/py/bin/python3",
-        "program": "/ctl/code/rgt_cell.py",
-        "lib_dir": "/ctl/lib",
-        "out_dir": "/o",
-        "ckpt_dir": "/c",
-        "distributed": {"nodes": 2, "nproc_per_node": 4, "pg_timeout_s": 900},
-    }
-    (tmp_path / "launch.json").write_text(json.dumps(spec))
-    for key, value in {
-        "SLURM_JOB_ID": "4242",
-        "SLURM_RESTART_COUNT": "1",
-        "MASTER_ADDR": "node-a",
-        "MASTER_PORT": "29742",
-        "NCCL_SOCKET_IFNAME": "^docker0,lo",
-        "NCCL_IB_DISABLE": "1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    sup = agent.Supervisor(str(tmp_path))
-    argv = sup.child_argv()
-    assert argv[:4] == ["srun", "--kill-on-bad-exit=1", "--nodes=2", "--ntasks-per-node=1"]
-    assert argv[4:7] == ["/opt/py/bin/python3", "-m", "torch.distributed.run"]
-    assert "--nnodes=2" in argv and "--nproc-per-node=4" in argv
-    assert "--rdzv-endpoint=node-a:29742" in argv and "--rdzv-id=4242" in argv
-    assert argv[-3:] == [os.path.abspath(agent.__file__), "cell", "/ctl/code/rgt_cell.py"]
-    env = sup.job_env()
-    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1" and env["RGT_PG_TIMEOUT_S"] == "900"
-    assert sup.slurm["nccl"] == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "^docker0,lo"}
-    assert sup.slurm["restart_count"] == 1
 
 
 def test_a_job_that_ignores_the_warning_is_ended_by_slurm_as_timeout(
