@@ -227,13 +227,20 @@ def agent_never_reported(transport: Transport, control: str, lines: int = 6) -> 
 
 
 def diagnose_failure(snap: Snapshot) -> str:
-    """A one-line diagnosis of a failed job, from its exit record and error record."""
+    """A one-line diagnosis of a failed job with its fixed remedy (run.md's failure triage,
+    :mod:`.diagnose`), from its exit record, error record, log tail and progress."""
+    from .diagnose import classify
+
     if snap.error is not None and snap.error.get("kind") == "not_deployed":
         return str(snap.error.get("message"))
-    if snap.error is not None:
-        return f"Python exception in the job: {snap.error.get('type')}: {snap.error.get('message')}"
-    if snap.signal == "SIGKILL" or snap.exit_code == 137:
-        return "killed by SIGKILL (the OOM killer or kill -9); no traceback was possible"
-    if snap.signal:
-        return f"ended by {snap.signal}"
-    return f"exited with code {snap.exit_code}"
+    found = classify(
+        exit_code=snap.exit_code,
+        signal=snap.signal,
+        log_lines=snap.log_tail,
+        error=snap.error,
+        progress=[snap.progress] if snap.progress else None,
+        state=snap.state,
+    )
+    if found is None:
+        return f"exited with code {snap.exit_code}"
+    return f"{found.summary}. Fix: {found.remedy}"
