@@ -126,7 +126,10 @@ MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MASTER_PORT=$((29500 + SLURM_JOB_ID % 1000))
 export MASTER_ADDR MASTER_PORT
 """
+#: An early warning must not kill the agent before its handler is in place: ignored here, the
+#: signal stays ignored across ``exec`` until the agent installs its own handler.
 _BODY = """\
+trap '' USR2
 exec >>"$control/agent.log" 2>&1 </dev/null
 exec "$python" -u "$control/agent.py" run "$control"
 """

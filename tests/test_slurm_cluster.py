@@ -212,16 +212,16 @@ def test_time_limit_warns_then_ends_as_timeout(
     start = events[0][1]
     signals = [(name, round(when - start, 1)) for name, when, _ in events[1:]]
     print(f"time limit: signals {signals}, TIMEOUT seen {ended - start:.1f} s after start")
-    # Each signal comes with a SIGCONT; bash runs the traps of signals that arrive together in
-    # either order.
+    # Each signal comes with a SIGCONT. slurmctld counts the limit from the allocation, so on a
+    # busy machine (the batch script started late) the warning can come right at the start, and
+    # bash may then record only the SIGCONT of the pair: the warning's own timing is checked
+    # through the agent in test_slurm.py. Here: it never comes after the limit, and TERM does.
     names = [name for name, _ in signals]
-    assert len(names) == 4 and set(names[:2]) == {"CONT", "USR2"}, signals
-    assert set(names[2:]) == {"CONT", "TERM"}, signals
-    usr2, term = dict(signals[:2])["USR2"], dict(signals[2:])["TERM"]
-    # slurmctld looks every 30 s, and sends the warning when the job is within 30 + 30 s of its
-    # limit (sbatch(1): "up to 60 seconds earlier than specified").
-    assert usr2 <= 60 - 30 + 3, "SIGUSR2 comes 30 s or more before the limit"
-    assert 60 <= term <= 60 + 30 + 5, "SIGTERM comes at the limit, when slurmctld checks"
+    assert "TERM" in names, signals
+    term = max(when for name, when in signals if name == "TERM")
+    warnings = [when for name, when in signals if name == "USR2"]
+    assert all(when <= term - 25 for when in warnings), "SIGUSR2 comes 30 s or more before"
+    assert term <= 60 + 30 + 5, "SIGTERM comes at the limit, when slurmctld checks"
     assert ended - start >= term + slurm.kill_wait - 1, "SIGKILL comes KillWait after SIGTERM"
     shown = slurm.scontrol("show", "job", timeout_job.job_id)
     assert "JobState=TIMEOUT Reason=TimeLimit" in shown
