@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 import time
 import zipfile
@@ -89,10 +90,18 @@ class KubeTransport(Transport):
         return "/root"
 
 
+_CLIENTS: dict[tuple[str, str | None, str], Any] = {}
+
+
 def _jobs(namespace: str, context: str | None) -> Any:
+    """One client per namespace, context and kubeconfig: polls reuse its connections instead of
+    reading the kubeconfig and opening new ones every time."""
     from .k8s_client import K8sJobs
 
-    return K8sJobs(namespace, context=context)
+    key = (namespace, context, os.environ.get("KUBECONFIG", ""))
+    if key not in _CLIENTS:
+        _CLIENTS[key] = K8sJobs(namespace, context=context)
+    return _CLIENTS[key]
 
 
 class K8sLauncher(Launcher):
