@@ -29,3 +29,8 @@ def load_ipython_extension(ipython: Any) -> None:
     from .magics import load_ipython_extension as _load
 
     _load(ipython)
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The jupyter-server extension (REST API and server-side watcher): :mod:`.server_ext`."""
+    return [{"module": "rgt_jupyter.server_ext"}]

@@ -37,6 +37,7 @@ import json
 import os
 import pickle
 import platform
+import shutil
 import signal
 import socket
 import subprocess
@@ -197,6 +198,89 @@ def nvidia_smi(full: bool = False) -> Optional[Dict[str, Any]]:
         table = _run(["nvidia-smi"], 15)
         query["full"] = table["stdout"] if table else None
     return query
+
+
+def _cgroup_path(root: str, rel: str, probe: str) -> Optional[str]:
+    """The folder under ``root`` of cgroup ``rel`` holding ``probe``: the longest tail of
+    ``rel`` that exists there (a container sees its own cgroup as the root)."""
+    parts = [p for p in rel.strip("/").split("/") if p]
+    for i in range(len(parts) + 1):
+        path = os.path.join(root, *parts[i:])
+        if os.path.exists(os.path.join(path, probe)):
+            return path
+    return None
+
+
+def cgroup_memory() -> Dict[str, Any]:
+    """This process's memory cgroup (v2, else v1): use, limit and ``oom_kill`` counter (the
+    processes the kernel's OOM killer ended there), each None when unreadable."""
+    text = _read("/proc/self/cgroup") or ""
+    v1 = v2 = None
+    for line in text.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) == 3 and fields[0] == "0" and fields[1] == "":
+            v2 = _cgroup_path("/sys/fs/cgroup", fields[2], "memory.events")
+        elif len(fields) == 3 and "memory" in fields[1].split(","):
+            v1 = _cgroup_path("/sys/fs/cgroup/memory", fields[2], "memory.oom_control")
+    if v2:
+        where, names = v2, ("memory.events", "memory.current", "memory.max")
+    elif v1:
+        where = v1
+        names = ("memory.oom_control", "memory.usage_in_bytes", "memory.limit_in_bytes")
+    else:
+        return {"current": None, "max": None, "oom_kill": None}
+    kills = None
+    for line in (_read(os.path.join(where, names[0])) or "").splitlines():
+        if line.startswith("oom_kill "):
+            kills = int(line.split()[1])
+    used, cap = _read(os.path.join(where, names[1])), _read(os.path.join(where, names[2]))
+    return {
+        "current": int(used) if used and used.isdigit() else None,
+        # v1 writes "no limit" as a number near 2**63
+        "max": int(cap) if cap and cap.isdigit() and int(cap) < 1 << 60 else None,
+        "oom_kill": kills,
+    }
+
+
+def oom_kills() -> Optional[int]:
+    """The memory cgroup's ``oom_kill`` counter, if readable."""
+    return cgroup_memory()["oom_kill"]
+
+
+def sample_resources() -> Dict[str, Any]:
+    """GPU utilisation and memory (``nvidia-smi``, when there is one) and the cgroup's memory use,
+    for the live view (run.md: OOM risk above 90 % of ``memory.max``)."""
+    out: Dict[str, Any] = {"t": _now(), "gpus": None}
+    if shutil.which("nvidia-smi"):
+        done = _run(
+            [
+                "nvidia-smi",
+                "--query-gpu=index,utilization.gpu,memory.used,memory.total",
+                "--format=csv,noheader,nounits",
+            ],
+            15,
+        )
+        if done is not None and done["rc"] == 0:
+            gpus = []
+            for line in done["stdout"].splitlines():
+                cells = [c.strip() for c in line.split(",")]
+                if len(cells) == 4:
+                    try:
+                        gpus.append(
+                            {
+                                "index": int(cells[0]),
+                                "util": float(cells[1]),
+                                "mem_used_mib": float(cells[2]),
+                                "mem_total_mib": float(cells[3]),
+                            }
+                        )
+                    except ValueError:
+                        continue
+            out["gpus"] = gpus
+    mem = cgroup_memory()
+    out["memory"] = {"current": mem["current"], "max": mem["max"]}
+    out["oom_kill"] = mem["oom_kill"]
+    return out
 
 
 def _read(path: str) -> Optional[str]:
@@ -466,6 +550,7 @@ class Supervisor:
         self.resume = bool(self.spec.get("resume"))
         self.restart = 0
         self.slurm = slurm_facts()
+        self.oom_kill_start = oom_kills()
 
     def path(self, name: str) -> str:
         return os.path.join(self.control, name)
@@ -481,6 +566,7 @@ class Supervisor:
             "job_pid": self.child.pid if self.child else None,
             "started_at": self.started_at,
             "restart": self.restart,
+            "oom_kill_start": self.oom_kill_start,
         }
         if self.slurm:
             record["slurm"] = self.slurm
@@ -512,6 +598,17 @@ class Supervisor:
                 "agent_pid": os.getpid(),
             },
         )
+
+    def sample_loop(self) -> None:
+        """Write ``resources.json`` (GPU and memory use) every ``resources_s`` seconds while the
+        job runs (on its own thread: ``nvidia-smi`` may take a while to answer)."""
+        every = float(self.spec.get("resources_s", 10.0))
+        while self.child is not None and self.child.poll() is None:
+            try:
+                write_json_atomic(self.path("resources.json"), sample_resources())
+            except OSError:
+                pass  # a full disk must not end the job; the log says why elsewhere
+            time.sleep(every)
 
     def job_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -654,6 +751,8 @@ class Supervisor:
         env_thread.start()
         interval = float(self.spec.get("heartbeat_s", 1.0))
         next_beat = time.monotonic() + interval
+        sampler = threading.Thread(target=self.sample_loop, daemon=True)
+        sampler.start()
         while True:
             rc = self.child.poll()
             if rc is not None:
@@ -697,6 +796,8 @@ class Supervisor:
                 if self.walltime_warned()
                 else None,
                 "checkpoints": sum(1 for k in manifest["files"] if k.startswith("checkpoints/")),
+                "oom_kill_start": self.oom_kill_start,
+                "oom_kill": oom_kills(),
             },
         )
         self.status(state=state, ended_at=ended, exit_code=rc)

@@ -77,9 +77,12 @@ class Job:
             return self._last
         return self.snapshot()
 
-    def snapshot(self, log_lines: int = 12) -> Snapshot:
-        """Observe the job now (from its process and artifacts) and record the state."""
-        snap = observe(self.transport, self.spec, log_lines=log_lines)
+    def snapshot(self, log_lines: int = 12, via: Transport | None = None) -> Snapshot:
+        """Observe the job now (from its process and artifacts) and record the state.
+
+        ``via``: the transport to read through (the watcher passes one that answers from its
+        batched look at the machine)."""
+        snap = observe(via or self.transport, self.spec, log_lines=log_lines)
         if self.spec.get("instance_id"):
             from .billing import cost_text
 

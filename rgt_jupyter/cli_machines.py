@@ -202,8 +202,6 @@ def _down(args: argparse.Namespace, project: Path) -> int:
     from .teardown import compute_gate, confirm_guided, decide, settle_orphan, stop_meter
 
     job = Job.latest(project) if args.job is None else Job.from_registry(args.job, project)
-    if job.spec["transport"] == "local" and job.profile == "local":
-        raise UsageError("the local profile has no meter to stop: this machine is yours")
     gate = compute_gate(job._row, project)
     print(gate.text())
     if args.confirm_stopped:

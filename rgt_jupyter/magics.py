@@ -5,6 +5,10 @@ Settings are traitlets: ``%config RgtMagics.default_profile = "local"`` or ``ipy
 
 from __future__ import annotations
 
+import hashlib
+import os
+import queue
+import sys
 import time
 from typing import Any
 
@@ -14,22 +18,52 @@ from IPython.display import display
 from traitlets import Unicode
 
 from .api import Job, Run
-from .args import INPUTS_ARG, JOB_ARG, PULL_ARGS, RUN_ARGS, WATCH_ARGS, MagicParser, magic_parser
+from .args import (
+    INPUTS_ARG,
+    JOB_ARG,
+    PULL_ARGS,
+    RUN_ARGS,
+    WATCH_ARGS,
+    MagicParser,
+    Spec,
+    magic_parser,
+)
 from .args import parse_line as _parse_line
 from .errors import RemoteTraceback, RgtError
 from .group import JobGroup, RunGroup
 from .launch import request_from_args
 from .launch_group import launch_seeds
 from .project import project_dir
+from .registry import Registry
 from .render import snapshot_html, snapshot_text, transfer_text
+from .status import TERMINAL, Snapshot
 
+_NEW_ARG: Spec = (
+    ("--new",),
+    {
+        "action": "store_true",
+        "help": "launch even when this cell's job (same notebook, cell and text) is still running "
+        "or has finished (by default the cell re-binds to it, or shows its output again)",
+    },
+)
+_RESTORE_ARG: Spec = (
+    ("--restore",),
+    {
+        "action": "store_true",
+        "help": "show the job's saved output again (log tail, results.json, figures in $RGT_OUT)",
+    },
+)
 _RUN = magic_parser(
     "%%remote_run",
     "Run the cell as a detached, checkpoint-durable job; returns a Job at once.",
-    [*RUN_ARGS, INPUTS_ARG],
+    [*RUN_ARGS, INPUTS_ARG, _NEW_ARG],
 )
 _WATCH = magic_parser(
-    "%watch", "Show a job's live status (state, progress, log, heartbeat).", WATCH_ARGS
+    "%watch",
+    "Show a job's live status (state, progress, log, heartbeat). With no JOB after the kernel "
+    "restarted or the notebook was reopened: this notebook's jobs. With --wait the log streams "
+    "into the cell, resuming where this notebook last showed it.",
+    [*WATCH_ARGS, _RESTORE_ARG],
 )
 _TEARDOWN = magic_parser(
     "%teardown",
@@ -40,6 +74,36 @@ _TEARDOWN = magic_parser(
 _PULL = magic_parser(
     "%pull", "Pull a job's outputs and checkpoints into a verified, immutable run.", PULL_ARGS
 )
+
+
+def notebook_path(shell: Any) -> str | None:
+    """The notebook this kernel serves, when the frontend says (jupyter-server's
+    ``JPY_SESSION_NAME``, ipykernel's ``__session__``, VS Code's ``__vsc_ipynb_file__``)."""
+    ns: dict[str, Any] = getattr(shell, "user_ns", None) or {}
+    found = (
+        os.environ.get("JPY_SESSION_NAME") or ns.get("__session__") or ns.get("__vsc_ipynb_file__")
+    )
+    return str(found) if found else None
+
+
+def cell_id(shell: Any) -> str | None:
+    """The id of the cell being run, from the execute request's metadata (JupyterLab, Notebook 7,
+    VS Code and nbclient send ``cellId``)."""
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:
+        return None
+    try:
+        parent = kernel.get_parent()
+    except Exception:  # noqa: BLE001 - an older kernel without the call: no cell identity
+        return None
+    found = ((parent or {}).get("metadata") or {}).get("cellId")
+    return str(found) if found else None
+
+
+def _digest(args: Any, cell: str) -> str:
+    """What identifies a ``%%remote_run`` cell's launch: its options (``--new`` aside) and body."""
+    options = {k: v for k, v in sorted(vars(args).items()) if k != "new"}
+    return hashlib.sha256(f"{options!r}\n{cell}".encode()).hexdigest()
 
 
 def _usage(exc: RgtError) -> Exception:
@@ -110,6 +174,17 @@ class RgtMagics(Magics):
                 if var not in user_ns:
                     raise IPyUsageError(f"--inputs {var}: no variable {var!r} in the notebook")
                 inputs[var] = user_ns[var]
+            project = project_dir()
+            cell_text = cell
+            where = {
+                "notebook": notebook_path(self.shell),
+                "cell_id": cell_id(self.shell),
+                "cell_digest": _digest(args, cell_text),
+            }
+            if where["cell_id"] and not args.new and not args.seeds:
+                prior = self._rebind(project, where)
+                if prior is not None:
+                    return prior
             req = request_from_args(
                 args,
                 program=cell,
@@ -119,10 +194,13 @@ class RgtMagics(Magics):
                 line_offset=1,
                 inputs=inputs,
             )
-            project = project_dir()
             rows = launch_seeds(req, project)
             for line in rows[0].pop("notices", []):
                 print(line)
+            registry = Registry(project)
+            for row in rows:
+                registry.update_spec(row["id"], **where)
+                row["spec"].update(where)
             if req.seeds:
                 group = JobGroup.from_rows(rows, project)
                 self.last_job = group.name
@@ -133,9 +211,56 @@ class RgtMagics(Magics):
         self.last_job = job.id
         return job
 
+    def _rebind(self, project: Any, where: dict[str, Any]) -> Job | None:
+        """This cell's earlier job (same notebook, cell id and text), when it is still queued or
+        running (shown instead of a second launch) or finished (its output shown again)."""
+        rows = [
+            r
+            for r in Registry(project).jobs()
+            if all(r["spec"].get(k) == v for k, v in where.items())
+        ]
+        if not rows:
+            return None
+        job = Job(rows[-1], project)
+        snap = job.snapshot(log_lines=0)
+        if not snap.terminal:
+            print(
+                f"%%remote_run: this cell's job {job.id} is still {snap.state}; showing it "
+                "instead of launching a second one (`--new` launches another)."
+            )
+        elif snap.state == "finished":
+            ended = time.strftime("%Y-%m-%d %H:%M", time.localtime(snap.ended_at or time.time()))
+            print(
+                f"%%remote_run: this cell's job {job.id} finished at {ended}; its output is "
+                "shown again below (`--new` runs the cell again)."
+            )
+            self._restore(job)
+        else:
+            return None
+        self.last_job = job.id
+        return job
+
+    @staticmethod
+    def _restore(job: Job) -> None:
+        from .restore import restore_bundles
+
+        for data, meta in restore_bundles(job):
+            display(data, metadata=meta, raw=True)
+
+    def _notebook_jobs(self) -> list[Job]:
+        """This notebook's jobs still queued or running, else its newest job (for ``%watch``
+        with no argument in a new kernel)."""
+        notebook = notebook_path(self.shell)
+        if notebook is None:
+            return []
+        project = project_dir()
+        rows = [r for r in Registry(project).jobs() if r["spec"].get("notebook") == notebook]
+        live = [r for r in rows if r["state"] not in TERMINAL]
+        return [Job(r, project) for r in (live or rows[-1:])]
+
     @line_magic
     def watch(self, line: str) -> Job | JobGroup | None:
-        """Live status of a job: ``%watch [JOB] [--wait] [--timeout S]``."""
+        """Live status of a job: ``%watch [JOB] [--wait] [--timeout S] [--restore]``."""
         args = parse_line(_WATCH, line)
         if args is None:
             return None
@@ -145,7 +270,18 @@ class RgtMagics(Magics):
                 if args.wait:
                     group.wait(args.timeout)
                 return group
+            if args.job is None and self.last_job is None:
+                mine = self._notebook_jobs()
+                if len(mine) > 1 and not args.wait:
+                    print(f"%watch: {len(mine)} jobs of this notebook are still running:")
+                    for job in mine:
+                        display(job)
+                    return None
+                if mine:
+                    self.last_job = mine[-1].id
             job = self._job(args.job)
+            if args.restore:
+                self._restore(job)
             if not args.wait:
                 return job
             return self._wait(job, args.timeout)
@@ -153,35 +289,58 @@ class RgtMagics(Magics):
             raise _usage(exc) from None
 
     def _wait(self, job: Job, timeout: float | None) -> Job:
-        """Block until the job ends, updating one display at most 4 times a second."""
-        snap = job.snapshot()
+        """Block until the job ends: one status display (updated by the watcher's snapshots)
+        and the log streamed into the cell from where this notebook last showed it (the offset
+        is stored in the registry after each printed batch, so a new kernel resumes there with
+        nothing lost or repeated)."""
+        from .watch import watcher
+
+        registry = Registry(job.project)
+        consumer = notebook_path(self.shell) or "kernel"
+        start = registry.log_offset(job.id, consumer)
+        if start is None:
+            st = job.transport.stat(f"{job.spec['control_dir']}/log")
+            start = 0 if st is None or st.size <= 1 << 20 else st.size - 65536
+        events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        watch = watcher()
+        key = watch.subscribe(
+            job,
+            lambda snap: events.put(("snap", snap)),
+            on_lines=lambda lines, offset: events.put(("lines", (lines, offset))),
+            from_offset=start,
+        )
+        snap: Snapshot = watch.cached(job.id) or job.snapshot(log_lines=0)
         handle = display(self._bundle(job, snap), raw=True, display_id=True)
         deadline = None if timeout is None else time.monotonic() + timeout
-        shown = snap
-        delay = 0.25
         try:
-            while not snap.terminal:
+            while True:
                 if deadline is not None and time.monotonic() >= deadline:
                     print(
                         f"%watch: stopped waiting after {timeout:g} s; job {job.id} is still "
                         f"{snap.state}. `%watch {job.name} --wait` to keep waiting."
                     )
                     return job
-                time.sleep(delay)
-                delay = min(delay * 1.25, 2.0)
-                snap = job.snapshot()
-                if (snap.state, snap.progress, snap.log_tail) != (
-                    shown.state,
-                    shown.progress,
-                    shown.log_tail,
-                ):
-                    if handle is not None:
-                        handle.update(self._bundle(job, snap), raw=True)
-                    shown = snap
-                    delay = 0.25
+                try:
+                    kind, value = events.get(timeout=0.25)
+                except queue.Empty:
+                    if snap.terminal and events.empty():
+                        break
+                    continue
+                if kind == "lines":
+                    lines, offset = value
+                    if lines:
+                        print("\n".join(lines))
+                        sys.stdout.flush()
+                    registry.set_log_offset(job.id, consumer, offset)
+                    continue
+                snap = value
+                if handle is not None:
+                    handle.update(self._bundle(job, snap), raw=True)
         except KeyboardInterrupt:
             print(f"%watch: interrupted; the job goes on ({job.id}).")
             return job
+        finally:
+            watch.unsubscribe(key)
         if snap.state == "failed":
             if handle is not None:
                 handle.update(self._bundle(job, snap), raw=True)
@@ -222,8 +381,6 @@ class RgtMagics(Magics):
             return None
         try:
             job = self._job(args.job)
-            if job.profile == "local" and job.spec["transport"] == "local":
-                raise RgtError("the local profile has no meter to stop: this machine is yours")
             try:
                 from .teardown_view import TeardownView
 

@@ -66,6 +66,24 @@ CREATE TABLE IF NOT EXISTS acks (
     data TEXT NOT NULL,
     PRIMARY KEY (profile, kind)
 );
+CREATE TABLE IF NOT EXISTS watchers (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    last_tick REAL NOT NULL,
+    interval REAL NOT NULL,
+    jobs TEXT NOT NULL,
+    stopped TEXT
+);
+CREATE TABLE IF NOT EXISTS log_offsets (
+    job_id TEXT NOT NULL,
+    consumer TEXT NOT NULL,
+    offset INTEGER NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (job_id, consumer)
+);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
     job_id TEXT NOT NULL,
@@ -86,11 +104,11 @@ class Registry:
             db.executescript(_SCHEMA)
 
     @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self, sync: str = "FULL") -> Iterator[sqlite3.Connection]:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA synchronous={'NORMAL' if sync == 'NORMAL' else 'FULL'}")
             db.row_factory = sqlite3.Row
             yield db
         finally:
@@ -230,6 +248,59 @@ class Registry:
                 "SELECT * FROM runs WHERE job_id=? ORDER BY created_at", (job_id,)
             ).fetchall()
         return [dict(r) for r in rows]
+
+    # -- watchers: their liveness, and how far each consumer has shown a job's log
+
+    def watcher_tick(
+        self,
+        watcher_id: str,
+        kind: str,
+        pid: int,
+        host: str,
+        started_at: float,
+        interval: float,
+        jobs: list[str],
+        stopped: str | None = None,
+    ) -> None:
+        """Stamp a watcher's tick (``stopped``: why it stopped, when it did)."""
+        with self._connect(sync="NORMAL") as db:
+            db.execute(
+                "INSERT OR REPLACE INTO watchers VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    watcher_id,
+                    kind,
+                    pid,
+                    host,
+                    started_at,
+                    time.time(),
+                    interval,
+                    json.dumps(jobs),
+                    stopped,
+                ),
+            )
+
+    def watchers(self) -> list[dict[str, Any]]:
+        """Every watcher that ever ticked for this project, newest tick first."""
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM watchers ORDER BY last_tick DESC").fetchall()
+        return [{**dict(r), "jobs": json.loads(r["jobs"])} for r in rows]
+
+    def log_offset(self, job_id: str, consumer: str) -> int | None:
+        """How many bytes of the job's log ``consumer`` (a notebook) has shown, if recorded."""
+        with self._connect() as db:
+            row = db.execute(
+                "SELECT offset FROM log_offsets WHERE job_id=? AND consumer=?", (job_id, consumer)
+            ).fetchone()
+        return int(row["offset"]) if row else None
+
+    def set_log_offset(self, job_id: str, consumer: str, offset: int) -> None:
+        """Record that ``consumer`` has shown the job's log up to byte ``offset`` (kept through a
+        crash of the process, not of the machine: quick enough to follow every shown batch)."""
+        with self._connect(sync="NORMAL") as db:
+            db.execute(
+                "INSERT OR REPLACE INTO log_offsets VALUES (?,?,?,?)",
+                (job_id, consumer, int(offset), time.time()),
+            )
 
     # -- machines (instances), teardown decisions, acknowledgements
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 import os
 from typing import Any
 
@@ -15,6 +16,7 @@ _COLORS = {
     "failed": "#cf222e",
     "preempted": "#9a6700",
     "lost": "#cf222e",
+    "stalled": "#9a6700",
 }
 RED, CYAN, RESET = "\x1b[31m", "\x1b[36m", "\x1b[0m"
 
@@ -42,6 +44,77 @@ def progress_text(progress: dict[str, Any] | None) -> str:
     return "  ".join([text, *metrics])
 
 
+def resources_text(res: dict[str, Any] | None) -> str:
+    """``GPU 0: 87% · 12.3/80.0 GiB; memory 3.1/16.0 GiB (19%)`` from the agent's last sample
+    (empty when it sampled nothing); memory above 90 % of the cgroup's limit is flagged."""
+    if not res:
+        return ""
+    parts = []
+    for gpu in res.get("gpus") or []:
+        parts.append(
+            f"GPU {gpu.get('index')}: {gpu.get('util', 0):.0f}% · "
+            f"{gpu.get('mem_used_mib', 0) / 1024:.1f}/{gpu.get('mem_total_mib', 0) / 1024:.1f} GiB"
+        )
+    mem = res.get("memory") or {}
+    if mem.get("current") and mem.get("max"):
+        share = mem["current"] / mem["max"]
+        parts.append(
+            f"memory {mem['current'] / 2**30:.1f}/{mem['max'] / 2**30:.1f} GiB ({share:.0%})"
+            + (" - near the cgroup limit: OOM risk" if share > 0.9 else "")
+        )
+    return "; ".join(parts)
+
+
+def curve_series(records: list[dict[str, Any]]) -> tuple[str, list[tuple[float, float]]] | None:
+    """The metric to plot from progress records (``loss`` if present, else the first numeric
+    one) and its (step, value) points, finite values only."""
+    if len(records) > 400:  # an even sample keeps the curve's shape at a bounded cost
+        stride = len(records) / 400
+        records = [records[int(i * stride)] for i in range(400)] + [records[-1]]
+    keys: list[str] = []
+    for rec in records[:50] + records[-50:]:
+        for k, v in rec.items():
+            if k not in ("t", "step", "total") and isinstance(v, int | float) and k not in keys:
+                keys.append(k)
+    if not keys:
+        return None
+    key = "loss" if "loss" in keys else keys[0]
+    points = []
+    for rec in records:
+        v, step = rec.get(key), rec.get("step")
+        if isinstance(v, int | float) and isinstance(step, int | float) and math.isfinite(v):
+            points.append((float(step), float(v)))
+    return (key, points) if len(points) >= 2 else None
+
+
+def curve_svg(records: list[dict[str, Any]], width: int = 320, height: int = 90) -> str:
+    """A small inline SVG line chart of the job's loss (or first metric) against its step."""
+    series = curve_series(records)
+    if series is None:
+        return ""
+    key, points = series
+    if len(points) > 200:
+        stride = len(points) / 200
+        points = [points[int(i * stride)] for i in range(200)] + [points[-1]]
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    dx, dy = (x1 - x0) or 1.0, (y1 - y0) or 1.0
+    pad = 4
+    coords = " ".join(
+        f"{pad + (x - x0) / dx * (width - 2 * pad):.1f},"
+        f"{height - pad - (y - y0) / dy * (height - 2 * pad):.1f}"
+        for x, y in points
+    )
+    e = html.escape
+    return (
+        f"<div class='rgt-curve'><div style='color:#666'>{e(key)}: {ys[-1]:.4g} "
+        f"(min {y0:.4g}, max {y1:.4g})</div>"
+        f"<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' "
+        "style='border:1px solid #ddd'>"
+        f"<polyline fill='none' stroke='#1f6feb' stroke-width='1.5' points='{coords}'/></svg></div>"
+    )
+
+
 def scheduler_text(snap: Snapshot) -> str:
     """The scheduler's word for the job and how often it restarted it (SLURM_RESTART_COUNT)."""
     parts = [snap.scheduler] if snap.scheduler else []
@@ -52,7 +125,7 @@ def scheduler_text(snap: Snapshot) -> str:
 
 def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> str:
     """A compact plain-text status block."""
-    head = f"{snap.job_id} [{snap.state}] on {snap.host}"
+    head = f"{snap.job_id} [{snap.display_state}] on {snap.host}"
     if snap.resume_attempt > 1:
         head += f" (attempt {snap.resume_attempt})"
     lines = [
@@ -66,6 +139,10 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
         lines.append(f"  scheduler: {scheduler_text(snap)}")
     if snap.diagnosis:
         lines.append(f"  diagnosis: {snap.diagnosis}")
+    if resources_text(snap.resources):
+        lines.append(f"  resources: {resources_text(snap.resources)}")
+    if snap.watcher:
+        lines.append(f"  watcher: {snap.watcher}")
     if snap.audit:
         lines.append("  machine: " + "; ".join(snap.audit))
     if snap.cost:
@@ -79,29 +156,48 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
     return "\n".join(lines)
 
 
-def snapshot_html(snap: Snapshot, traceback_lines: list[str] | None = None) -> str:
-    """The same status block as HTML (all job text escaped)."""
-    color = _COLORS.get(snap.state, "#888")
+def state_html(state: str) -> str:
+    """The state word, coloured."""
+    color = _COLORS.get(state, "#888")
+    return f"<span style='color:{color};font-weight:bold'>{html.escape(state)}</span>"
+
+
+def snapshot_html(
+    snap: Snapshot,
+    traceback_lines: list[str] | None = None,
+    header: bool = True,
+    curve: str = "",
+) -> str:
+    """The same status block as HTML (all job text escaped); ``header=False`` leaves out the
+    first line and the progress bar (the live view shows them as widgets); ``curve`` is the loss
+    curve's HTML (:func:`curve_svg`)."""
     e = html.escape
     rows = [
-        f"<b>{e(snap.job_id)}</b> <span style='color:{color};font-weight:bold'>{e(snap.state)}"
-        f"</span> on {e(snap.host)}",
+        f"<b>{e(snap.job_id)}</b> {state_html(snap.display_state)} on {e(snap.host)}",
         f"<div>{e(progress_text(snap.progress))}</div>",
         f"<div>elapsed {_dur(snap.elapsed)} · heartbeat "
         + ("-" if snap.heartbeat_age is None else f"{snap.heartbeat_age:.1f}s ago")
         + ("" if snap.exit_code is None else f" · exit {snap.exit_code}")
         + "</div>",
     ]
+    if not header:
+        rows = rows[1:]
     total = (snap.progress or {}).get("total")
-    if total:
+    if total and header:
         rows.append(
             f"<progress value='{snap.progress['step']}' max='{total}' "  # type: ignore[index]
             "style='width:100%'></progress>"
         )
     if snap.scheduler or snap.restarts:
         rows.append(f"<div style='color:#666'>scheduler: {e(scheduler_text(snap))}</div>")
+    if curve:
+        rows.append(curve)
+    if resources_text(snap.resources):
+        rows.append(f"<div class='rgt-resources'>{e(resources_text(snap.resources))}</div>")
     if snap.diagnosis:
-        rows.append(f"<div><i>{e(snap.diagnosis)}</i></div>")
+        rows.append(f"<div class='rgt-diagnosis'><i>{e(snap.diagnosis)}</i></div>")
+    if snap.watcher:
+        rows.append(f"<div style='color:#666'>{e(snap.watcher)}</div>")
     if snap.audit:
         rows.append(f"<div style='color:#666'>machine: {e('; '.join(snap.audit))}</div>")
     if snap.cost:

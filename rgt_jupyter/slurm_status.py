@@ -19,6 +19,7 @@ from .status import (
     Snapshot,
     _json,
     agent_never_reported,
+    check_stall,
     explain,
     fill_from_records,
     new_snapshot,
@@ -73,6 +74,7 @@ def observe_slurm(transport: Transport, spec: dict[str, Any], log_lines: int = 1
         snap.state = "running" if status is not None else "queued"
         if status is None:
             snap.diagnosis = "Slurm started the job; the agent has not reported yet"
+        check_stall(transport, spec, snap)
         return snap
     fill_from_records(transport, snap, control, status, exit_rec, log_lines)
     verdict = VERDICTS.get(raw)

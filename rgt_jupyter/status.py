@@ -17,6 +17,11 @@ from typing import Any
 from .transport import Transport
 
 STATES = ("queued", "running", "finished", "failed", "preempted", "lost")
+#: A running job is ``stalled`` when neither its log, its checkpoints nor ``job.progress``
+#: advanced for ``STALL_K`` x its own median step interval (and at least ``STALL_MIN_S``);
+#: a job's spec may set ``stall_k`` and ``stall_min_s``.
+STALL_K = 10.0
+STALL_MIN_S = 120.0
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 TERMINAL = frozenset({"finished", "failed", "preempted", "lost"})
 #: A launched job whose agent has not reported within this many seconds, and is gone, is lost.
@@ -50,6 +55,19 @@ class Snapshot:
     restarts: int = 0
     #: The scheduler's own word for the job (e.g. ``Slurm 1234: RUNNING``), when there is one.
     scheduler: str | None = None
+    #: Seconds since the log, the checkpoints or ``job.progress`` last advanced, when that is
+    #: past the job's stall limit (``stall_limit_s``); None while it makes progress.
+    stalled_s: float | None = None
+    stall_limit_s: float | None = None
+    #: The agent's last sample of GPU utilisation and memory, and of cgroup memory use.
+    resources: dict[str, Any] | None = None
+    #: Who is watching the job and whether that watcher is still ticking.
+    watcher: str | None = None
+
+    @property
+    def display_state(self) -> str:
+        """The state, with ``stalled`` in place of ``running`` for a running job that stalled."""
+        return "stalled" if self.state == "running" and self.stalled_s is not None else self.state
 
     @property
     def terminal(self) -> bool:
@@ -91,15 +109,8 @@ def clean_log(data: bytes, max_lines: int) -> list[str]:
 
 def last_progress(transport: Transport, control: str) -> dict[str, Any] | None:
     """The newest complete record of ``progress.jsonl``."""
-    data = transport.tail(f"{control}/progress.jsonl", 8192)
-    for line in reversed(data.decode("utf-8", errors="replace").splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
+    records = progress_records(transport, control)
+    return records[-1] if records else None
 
 
 def as_launched(spec: dict[str, Any]) -> Snapshot:
@@ -152,7 +163,95 @@ def observe(transport: Transport, spec: dict[str, Any], log_lines: int = 12) -> 
                 snap.state = "lost"
                 snap.diagnosis = agent_never_reported(transport, control)
     fill_from_records(transport, snap, control, status, exit_rec, log_lines)
+    check_stall(transport, spec, snap)
     return explain(snap)
+
+
+def progress_records(
+    transport: Transport, control: str, nbytes: int = 4096
+) -> list[dict[str, Any]]:
+    """The complete records among the last ``nbytes`` of ``progress.jsonl``, oldest first (a
+    transport that already holds them parsed, the watcher's, gives its newest ones)."""
+    held = getattr(transport, "records", {}).get(control)
+    if held is not None:
+        return list(held[-32:])
+    data = transport.tail(f"{control}/progress.jsonl", nbytes)
+    out = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def median_step_interval(records: list[dict[str, Any]]) -> float | None:
+    """The median seconds per step between consecutive progress records (None with fewer than
+    three records)."""
+    rates = []
+    for a, b in zip(records, records[1:], strict=False):
+        try:
+            dt, ds = float(b["t"]) - float(a["t"]), float(b["step"]) - float(a["step"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if ds > 0 and dt >= 0:
+            rates.append(dt / ds)
+    if len(rates) < 2:
+        return None
+    rates.sort()
+    mid = len(rates) // 2
+    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
+
+
+def check_stall(transport: Transport, spec: dict[str, Any], snap: Snapshot) -> None:
+    """Mark a running job stalled when neither its log, its checkpoint dir nor its progress
+    advanced for ``k`` x its median step interval (at least ``STALL_MIN_S``).
+
+    Ages are taken on the job's machine's clock (its agent's last heartbeat), so a skewed clock
+    here does not make a job look stalled."""
+    if snap.state != "running":
+        return
+    control = spec["control_dir"]
+    records = progress_records(transport, control)
+    times = [float(snap.started_at or 0.0)]
+    for path in (f"{control}/log", spec.get("ckpt_dir")):
+        st = transport.stat(path) if path else None
+        if st is not None:
+            times.append(st.mtime)
+    if records and isinstance(records[-1].get("t"), int | float):
+        times.append(float(records[-1]["t"]))
+    beat = _json(transport, f"{control}/heartbeat.json")
+    now = float(beat["wall"]) if beat and beat.get("wall") else snap.observed_at
+    median = median_step_interval(records)
+    k = float(spec.get("stall_k", STALL_K))
+    limit = max(float(spec.get("stall_min_s", STALL_MIN_S)), k * median if median else 0.0)
+    idle = now - max(times)
+    if idle < limit:
+        return
+    snap.stalled_s, snap.stall_limit_s = idle, limit
+    pg = spec.get("pg_timeout_s")
+    if pg is not None and idle >= float(pg):
+        from .diagnose import classify
+
+        found = classify(
+            exit_code=None,
+            signal=None,
+            log_lines=snap.log_tail,
+            stalled_s=idle,
+            pg_timeout_s=float(pg),
+            state="running",
+        )
+        if found is not None:
+            snap.diagnosis = f"{found.summary}. Fix: {found.remedy}"
+            return
+    basis = f"{k:g} x its median step interval of {median:.3g} s" if median else "no step rate yet"
+    snap.diagnosis = (
+        f"stalled: no new log line, checkpoint or progress for {idle:.0f} s (limit {limit:.0f} s: "
+        f"{basis}). A hang (deadlock, data loader, a collective) or a long phase that reports "
+        "nothing: look at the process (py-spy dump --pid) before stopping it; it is not retried."
+    )
 
 
 def new_snapshot(spec: dict[str, Any], host: str) -> Snapshot:
@@ -182,7 +281,12 @@ def fill_from_records(
     if status is not None:
         snap.started_at = status.get("started_at")
         snap.restarts = int(status.get("restart") or 0)
+    snap.resources = _json(transport, f"{control}/resources.json")
     if exit_rec is not None:
+        snap.resources = (snap.resources or {}) | {
+            "oom_kill_start": exit_rec.get("oom_kill_start"),
+            "oom_kill": exit_rec.get("oom_kill"),
+        }
         snap.state = str(exit_rec["state"])
         snap.exit_code = exit_rec.get("exit_code")
         snap.signal = exit_rec.get("signal")
@@ -195,7 +299,11 @@ def fill_from_records(
         snap.heartbeat_seq = beat.get("seq")
         snap.heartbeat_age = max(0.0, now - float(beat.get("wall", now)))
     snap.progress = last_progress(transport, control)
-    snap.log_tail = clean_log(transport.tail(f"{control}/log", 16384), log_lines)
+    held = getattr(transport, "log_lines", {}).get(control)
+    if held is not None:  # the watcher's lines, cleaned once as they arrived
+        snap.log_tail = list(held[-log_lines:]) if log_lines > 0 else []
+    else:
+        snap.log_tail = clean_log(transport.tail(f"{control}/log", 16384), log_lines)
 
 
 def explain(snap: Snapshot) -> Snapshot:
@@ -233,12 +341,15 @@ def diagnose_failure(snap: Snapshot) -> str:
 
     if snap.error is not None and snap.error.get("kind") == "not_deployed":
         return str(snap.error.get("message"))
+    res = snap.resources or {}
     found = classify(
         exit_code=snap.exit_code,
         signal=snap.signal,
         log_lines=snap.log_tail,
         error=snap.error,
         progress=[snap.progress] if snap.progress else None,
+        oom_kills_before=res.get("oom_kill_start"),
+        oom_kills_after=res.get("oom_kill"),
         state=snap.state,
     )
     if found is None:

@@ -180,7 +180,11 @@ def jobs_of(machine: Machine, project: Path) -> list[dict[str, Any]]:
 
 
 def _job_checks(
-    row: dict[str, Any], transport: Transport, project: Path, runs: dict[str, str]
+    row: dict[str, Any],
+    transport: Transport,
+    project: Path,
+    runs: dict[str, str],
+    metered: bool = True,
 ) -> list[Check]:
     from .pull import is_checkpoint, load_checkpoints, remote_listing
     from .status import observe
@@ -198,6 +202,17 @@ def _job_checks(
         )
     )
     if running:
+        return out
+    if not metered:
+        out.append(
+            Check(
+                CHECKS[1],
+                True,
+                f"{jid}'s files stay where they were written: this machine is not metered and "
+                "its meter-stop verb destroys nothing",
+                jid,
+            )
+        )
         return out
     listing = remote_listing(transport, spec)["files"]
     pulled_runs = Registry(project).runs(jid)
@@ -318,7 +333,9 @@ def compute_gate(row: dict[str, Any], project: Path) -> Gate:
         try:
             if key not in transports:
                 transports[key] = get_transport(spec["transport"], spec.get("host_alias"), project)
-            checks += _job_checks(job, transports[key], project, runs)
+            checks += _job_checks(
+                job, transports[key], project, runs, metered=machine.profile.metered
+            )
         except RgtError as exc:
             checks.append(Check("machine reachable", False, f"{job['id']}: {exc}", job["id"]))
     ms = machine.profile.meter_stop
@@ -439,6 +456,16 @@ def stop_meter(
     if record.get("gate", {}).get("computed_at") != gate.computed_at:
         raise UsageError("the decision was made on another computation of the gate")
     ms = machine.profile.meter_stop
+    if not machine.profile.metered:
+        registry.decide(machine.id, "no_meter", verb=ms.verb)
+        return Outcome(
+            machine=machine.id,
+            guided=False,
+            confirmed_down=True,
+            final_state="unchanged (nothing to stop)",
+            message=(ms.console or "Nothing to stop: this machine is not metered.")
+            + " (The decision is recorded.)",
+        )
     if not machine.provider:
         registry.decide(machine.id, "guided_action_shown", console=ms.console, verb=ms.verb)
         return Outcome(

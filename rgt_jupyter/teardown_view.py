@@ -65,6 +65,7 @@ class TeardownView:
         self.outcome: Any = None
         self.checklist = w.HTML(gate_html(self.gate))
         self.approve = w.Button(description="Approve", button_style="danger")
+        self.approve.add_class("rgt-approve")
         self.typed = w.Text(placeholder=f"type {self.gate.machine.platform_id} to override")
         self.override = w.Button(description="Override")
         self.refuse = w.Button(description="Keep running")
@@ -83,6 +84,7 @@ class TeardownView:
                 self.extra,
             ]
         )
+        self.widget.add_class("rgt-teardown-panel")
 
     def _sync(self) -> None:
         self.approve.disabled = not self.gate.passed or self.decision is not None

@@ -1,51 +1,311 @@
-"""One watcher per process: a background thread that observes subscribed jobs with back-off.
+"""One watcher per process: a background thread that follows jobs, batched per machine.
 
-Views subscribe a callback; the watcher calls it with each new snapshot (coalesced: at most
-``max_rate`` calls a second per view), and drops the subscription once the job has ended. The
-poll interval starts at ``min_interval`` and doubles up to ``max_interval`` while nothing changes.
+Each tick asks every machine once (:mod:`.probe`: in process for ``local``, one ``python3 -c``
+over the SSH connection already open for an SSH host, so no new connection per poll) for all
+the jobs followed there, with the byte offsets of their logs and progress already read, and
+decides each job's state from the answer with the same rules as a one-off look
+(:func:`.status.observe`, fed from the answer by :class:`CachedReads`). Jobs of other launchers
+(Kubernetes) are observed one by one through their own batched clients.
+
+The poll interval starts at ``min_interval`` (1 s) and doubles up to ``max_interval`` (30 s)
+while nothing changes. Views subscribe a callback (given at most ``max_rate`` snapshots a second
+each, and all views together at most ``global_rate``), and optionally ``on_lines`` (every new
+log line, in order, never coalesced). The watcher stamps its tick in the registry, so a view,
+the CLI or the REST API can tell when it stopped.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
+import os
+import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .status import Snapshot
+from .status import Snapshot, clean_log
+from .transport import ExecResult, FileStat, Transport
+from .transport.base import ReadStream
 
 if TYPE_CHECKING:
     from .api import Job
 
+log = logging.getLogger(__name__)
 Callback = Callable[[Snapshot], None]
+#: Called with new log lines (cleaned text) and the byte offset just after the last of them.
+LinesCallback = Callable[[list[str], int], None]
+
+#: Probed launchers: their records sit in a control dir a transport can read.
+PROBED = frozenset({"detached", "tmux", "sbatch"})
+#: The watcher stamps its liveness in the registry at most this often.
+STAMP_EVERY_S = 5.0
+#: How many ended jobs keep their final snapshot in the watcher's cache.
+KEEP_ENDED = 500
+#: How many progress records are kept per job for the loss curve.
+KEEP_RECORDS = 5000
+#: How many bytes a stream subscriber catching up from its stored offset reads per tick.
+CATCHUP_CHUNK = 4 << 20
+#: A watcher is reported stopped when its last tick is older than 2 intervals and this slack
+#: (more than ``STAMP_EVERY_S``: the registry's stamp may lag the tick by that much).
+LIVENESS_SLACK_S = 10.0
+
+
+def _probe_source() -> str:
+    return (Path(__file__).resolve().parent / "probe.py").read_text()
+
+
+class Lines:
+    """A byte-offset follower of one growing file: complete lines, the newest kept in a ring."""
+
+    def __init__(self, offset: int, keep: int = 400) -> None:
+        self.offset = offset  # next byte to read; negative: start that far before the end
+        self.partial = b""
+        self.ring: deque[bytes] = deque(maxlen=keep)
+        self.size: int | None = None
+        self.mtime: float | None = None
+        self.resets = 0
+
+    @property
+    def boundary(self) -> int:
+        """The offset just after the last complete line read."""
+        return max(0, self.offset) - len(self.partial)
+
+    @property
+    def pending(self) -> bool:
+        """More bytes are in the file than were read."""
+        return self.size is not None and self.offset >= 0 and self.size > self.offset
+
+    def feed(self, chunk: dict[str, Any]) -> list[tuple[bytes, int]]:
+        """Take one answer of :func:`.probe.read_from`; return the new complete lines with the
+        offset just after each."""
+        if chunk.get("size") is None:
+            return []
+        self.size, self.mtime = chunk["size"], chunk["mtime"]
+        data = chunk["data"]
+        if isinstance(data, str):
+            data = base64.b64decode(data)
+        start = int(chunk["offset"])
+        if chunk.get("reset"):
+            self.resets += 1
+            self.ring.clear()
+        if chunk.get("reset") or self.offset < 0 or start != self.offset:
+            self.partial = b""
+        base = start - len(self.partial)
+        buf = self.partial + data
+        self.offset = start + len(data)
+        parts = buf.split(b"\n")
+        self.partial = parts.pop()
+        out = []
+        for part in parts:
+            base += len(part) + 1
+            out.append((part, base))
+            self.ring.append(part)
+        return out
+
+    def flush(self) -> list[tuple[bytes, int]]:
+        """The unterminated last line, once the file is complete."""
+        if not self.partial:
+            return []
+        line, self.partial = self.partial, b""
+        self.ring.append(line)
+        return [(line, self.offset)]
+
+    def tail_bytes(self, limit: int = 16384) -> bytes:
+        """The newest lines (and the unterminated one) as file bytes, at most ``limit``."""
+        out: list[bytes] = [self.partial] if self.partial else []
+        size = len(self.partial)
+        for line in reversed(self.ring):
+            if size + len(line) + 1 > limit:
+                break
+            out.append(line + b"\n")
+            size += len(line) + 1
+        return b"".join(reversed(out))
+
+
+def clean_lines(raw: list[bytes]) -> list[str]:
+    """Lines of a log as text: replacement-decoded, ANSI codes dropped, ``\\r`` progress reduced
+    to its last state, long lines capped."""
+    return clean_log(b"\n".join(raw) + b"\n", len(raw)) if raw else []
+
+
+class CachedReads(Transport):
+    """A transport whose reads of a probed job's records are answered from the probe; anything
+    else goes to the real transport."""
+
+    def __init__(
+        self,
+        inner: Transport,
+        files: dict[str, bytes | None],
+        stats: dict[str, FileStat | None],
+        alive: dict[int, bool],
+        boot: str | None,
+    ) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.host = inner.host
+        self.files = files
+        self.stats = stats
+        self.alive = alive
+        self.boot = boot
+        #: Progress records already parsed, by control dir (:func:`.status.progress_records`).
+        self.records: dict[str, list[dict[str, Any]]] = {}
+        #: The log's newest lines already cleaned, by control dir.
+        self.log_lines: dict[str, list[str]] = {}
+
+    def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        if path in self.files:
+            data = self.files[path]
+            if data is None:
+                raise FileNotFoundError(path)
+            return data[offset:] if length is None else data[offset : offset + length]
+        return self.inner.read_bytes(path, offset, length)
+
+    def stat(self, path: str) -> FileStat | None:
+        if path in self.stats:
+            return self.stats[path]
+        if path in self.files:
+            data = self.files[path]
+            return None if data is None else FileStat(len(data), time.time(), False)
+        return self.inner.stat(path)
+
+    def proc_alive(self, pid: int, start_ticks: int | None) -> bool:
+        if int(pid) in self.alive:
+            return self.alive[int(pid)]
+        return self.inner.proc_alive(pid, start_ticks)
+
+    def boot_id(self) -> str | None:
+        return self.boot
+
+    def exec(
+        self, argv: list[str], *, stdin: bytes | None = None, timeout: float | None = 60.0
+    ) -> ExecResult:
+        return self.inner.exec(argv, stdin=stdin, timeout=timeout)
+
+    def write_bytes(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self.inner.write_bytes(path, data, mode)
+
+    def put(self, local: Path, remote: str) -> None:
+        self.inner.put(local, remote)
+
+    def open_read(self, path: str, offset: int = 0) -> ReadStream:
+        return self.inner.open_read(path, offset)
+
+    def makedirs(self, path: str, mode: int = 0o755) -> None:
+        self.inner.makedirs(path, mode)
+
+    def listdir(self, path: str) -> list[str]:
+        return self.inner.listdir(path)
+
+    def home(self) -> str:
+        return self.inner.home()
+
+
+@dataclass
+class Subscription:
+    """One view's interest in one job."""
+
+    job_id: str
+    callback: Callback
+    on_lines: LinesCallback | None = None
+    cursor: int | None = None  # next log byte this subscriber has not been given
+    resets: int = 0
+    fingerprint: str | None = None
+    shown_at: float = 0.0
+
+
+@dataclass
+class Followed:
+    """What the watcher keeps about one followed job between ticks."""
+
+    job: Job
+    log: Lines = field(default_factory=lambda: Lines(-65536))
+    progress: Lines = field(default_factory=lambda: Lines(-16384, keep=2000))
+    records: list[dict[str, Any]] = field(default_factory=list)
+    snap: Snapshot | None = None
+    done: bool = False
+    #: Lines read this tick, with the offset just after each.
+    new_lines: list[tuple[bytes, int]] = field(default_factory=list)
+    #: What the last look showed, to tell whether the next one changed anything.
+    mark: str = ""
+    #: The newest log lines, cleaned (ANSI, carriage returns, long lines) as they arrived.
+    clean: deque[str] = field(default_factory=lambda: deque(maxlen=200))
+
+
+def _decode(data: Any) -> bytes | None:
+    if data is None:
+        return None
+    if isinstance(data, bytes):
+        return data
+    return str(data).encode("utf-8")
 
 
 class Watcher:
-    """Polls jobs on one daemon thread; see the module docstring."""
+    """Follows jobs on one daemon thread; see the module docstring."""
 
     def __init__(
-        self, min_interval: float = 0.25, max_interval: float = 5.0, max_rate: float = 4.0
+        self,
+        min_interval: float = 1.0,
+        max_interval: float = 30.0,
+        max_rate: float = 4.0,
+        global_rate: float = 8.0,
+        kind: str = "kernel",
     ) -> None:
         self.min_interval = min_interval
         self.max_interval = max_interval
         self.min_gap = 1.0 / max_rate
-        self._subs: dict[int, tuple[Job, Callback]] = {}
-        self._last: dict[int, tuple[str, float]] = {}
+        self.global_rate = global_rate
+        self.kind = kind
+        self.interval = min_interval
+        self.started_at = time.time()
+        self.id = f"{kind}:{socket.gethostname()}:{os.getpid()}:{self.started_at:.6f}"
+        self._subs: dict[int, Subscription] = {}
+        self._followed: dict[str, Followed] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_key = 0
         self.last_tick: float | None = None
+        self._stamped = 0.0
+        self.error: str | None = None
+        self.ticks = 0
 
-    def subscribe(self, job: Job, callback: Callback) -> int:
-        """Start calling ``callback`` with snapshots of ``job``; returns a key to unsubscribe."""
+    # -- the API views use
+
+    def follow(self, job: Job) -> Followed:
+        """Follow ``job`` (if not yet) without a view, e.g. for the server's REST API."""
+        with self._lock:
+            followed = self._followed.get(job.id)
+            if followed is None or followed.done:
+                followed = self._followed[job.id] = Followed(job)
+                self.interval = self.min_interval
+            self._ensure_thread()
+        self._wake.set()
+        return followed
+
+    def subscribe(
+        self,
+        job: Job,
+        callback: Callback,
+        on_lines: LinesCallback | None = None,
+        from_offset: int | None = None,
+    ) -> int:
+        """Call ``callback`` with snapshots of ``job`` and ``on_lines`` with its new log lines
+        (from byte ``from_offset`` when given, else from now on); returns a key to unsubscribe."""
         with self._lock:
             key = self._next_key
             self._next_key += 1
-            self._subs[key] = (job, callback)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="rgt-watcher", daemon=True)
-                self._thread.start()
+            if job.id not in self._followed or self._followed[job.id].done:
+                self._followed[job.id] = Followed(job)
+            self._subs[key] = Subscription(job.id, callback, on_lines, from_offset)
+            self._ensure_thread()
+        self.interval = self.min_interval
         self._wake.set()
         return key
 
@@ -53,61 +313,406 @@ class Watcher:
         """Stop a subscription."""
         with self._lock:
             self._subs.pop(key, None)
-            self._last.pop(key, None)
+
+    def cached(self, job_id: str) -> Snapshot | None:
+        """The newest snapshot of a followed job (no round trip)."""
+        followed = self._followed.get(job_id)
+        return followed.snap if followed else None
+
+    def records(self, job_id: str) -> list[dict[str, Any]]:
+        """The progress records read so far of a followed job (the watcher's own list: read
+        it, do not change it)."""
+        followed = self._followed.get(job_id)
+        return followed.records if followed else []
+
+    @property
+    def idle(self) -> bool:
+        """No thread because nothing unfinished is followed (not stopped, not dead): following
+        or subscribing starts it again."""
+        return self._thread is None and self.error is None and not self._stop.is_set()
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped by :meth:`stop` or by an error."""
+        return self._stop.is_set() or self.error is not None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread is running and ticked within two intervals (an idle watcher
+        counts as alive)."""
+        if self.idle:
+            return True
+        if self._thread is None or not self._thread.is_alive() or self.stopped:
+            return False
+        if self.last_tick is None:
+            return True  # the first look is under way
+        return time.time() - self.last_tick <= 2 * self.interval + LIVENESS_SLACK_S
+
+    def liveness(self) -> str:
+        """The watcher's own state, in words."""
+        if self.error:
+            return f"{self.kind} watcher stopped: {self.error}"
+        if self._stop.is_set():
+            return f"{self.kind} watcher stopped"
+        if self.idle:
+            return f"{self.kind} watcher idle: nothing left to follow"
+        if self.last_tick is None:
+            return f"{self.kind} watcher starting"
+        age = time.time() - self.last_tick
+        if not self.alive:
+            return f"{self.kind} watcher stopped ticking {age:.0f} s ago"
+        return f"{self.kind} watcher: last look {age:.0f} s ago, every {self.interval:.0f} s"
+
+    def stop(self, why: str = "stopped") -> None:
+        """End the thread and record ``why`` in the registry (a later :meth:`follow` or
+        :meth:`subscribe` does not start it again)."""
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(10)
+        self._stamp(stopped=why)
+
+    # -- the thread
+
+    def _ensure_thread(self) -> None:
+        if self._stop.is_set():
+            return
+        if self._thread is None or not self._thread.is_alive():
+            self.error = None
+            self._thread = threading.Thread(target=self._run, name="rgt-watcher", daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
-        interval = self.min_interval
-        while True:
-            with self._lock:
-                subs = dict(self._subs)
-            if not subs:
+        try:
+            while not self._stop.is_set():
                 with self._lock:
-                    if not self._subs:
+                    if all(f.done for f in self._followed.values()):
                         self._thread = None
                         return
+                busy = self.tick()
+                self.interval = (
+                    self.min_interval if busy else min(self.interval * 2, self.max_interval)
+                )
+                self._wake.wait(0.0 if busy == "more" else self.interval)
+                self._wake.clear()
+        except BaseException as exc:  # noqa: BLE001 - the watcher's death is reported, not hidden
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.error("the rgt watcher stopped", exc_info=True)
+            self._stamp(stopped=self.error)
+            self._tell_stopped()
+
+    def _tell_stopped(self) -> None:
+        with self._lock:
+            subs = list(self._subs.values())
+        for sub in subs:
+            followed = self._followed.get(sub.job_id)
+            if followed is not None and followed.snap is not None:
+                again = "run %watch again" if self.kind == "kernel" else "restart the server"
+                followed.snap.watcher = f"{self.liveness()}: {again} to restart it"
+                try:
+                    sub.callback(followed.snap)
+                except Exception:  # noqa: BLE001 - one view's failure must not hide the others'
+                    log.exception("a view failed to show that the watcher stopped")
+
+    def tick(self) -> bool | str:
+        """Observe every followed job once; True when anything changed, ``"more"`` when a log
+        has more bytes to read at once."""
+        with self._lock:
+            followed = [f for f in self._followed.values() if not f.done]
+        for f in followed:
+            f.new_lines = []
+        groups: dict[tuple[str, str, str], list[Followed]] = {}
+        singles: list[Followed] = []
+        for f in followed:
+            spec = f.job.spec
+            if spec.get("launcher") in PROBED and "control_dir" in spec:
+                key = (spec["transport"], spec.get("host_alias") or "", spec.get("python") or "")
+                groups.setdefault(key, []).append(f)
+            else:
+                singles.append(f)
+        for members in groups.values():
+            self._probe_group(members)
+        for f in singles:
+            self._observe_single(f)
+        moved = False
+        for f in followed:
+            if f.snap is not None:
+                mark = repr((f.snap.display_state, f.snap.progress, f.snap.diagnosis, f.log.size))
+                moved |= mark != f.mark
+                f.mark = mark
+        self.ticks += 1
+        self.last_tick = time.time()
+        if self.last_tick - self._stamped >= STAMP_EVERY_S:
+            self._stamp()
+        changed = self._deliver() or moved
+        if any(f.log.pending for f in followed):
+            return "more"
+        return changed
+
+    def _observe_single(self, f: Followed) -> None:
+        try:
+            f.snap = f.job.snapshot()
+        except Exception as exc:  # noqa: BLE001 - shown to the view; the watcher goes on
+            f.snap = self._unreachable(f, exc)
+            return
+        f.done = f.snap.terminal
+
+    def _unreachable(self, f: Followed, exc: BaseException) -> Snapshot:
+        job = f.job
+        prev = f.snap
+        snap = Snapshot(
+            job.id,
+            job.name,
+            prev.state if prev else "queued",
+            job.spec.get("host", ""),
+            time.time(),
+        )
+        if prev is not None:
+            snap.progress, snap.log_tail = prev.progress, prev.log_tail
+            snap.started_at, snap.heartbeat_age = prev.started_at, prev.heartbeat_age
+        snap.diagnosis = (
+            f"cannot observe the job: {exc}. This says nothing about the job itself (it is not "
+            "taken for failed or lost); the watcher retries with back-off."
+        )
+        return snap
+
+    def _probe_group(self, members: list[Followed]) -> None:
+        from .probe import probe
+
+        first = members[0].job
+        items = []
+        for f in members:
+            spec = f.job.spec
+            items.append(
+                {
+                    "control": spec["control_dir"],
+                    "log_offset": f.log.offset,
+                    "progress_offset": f.progress.offset,
+                    "ckpt_dir": spec.get("ckpt_dir"),
+                    "pid": spec.get("agent_pid"),
+                }
+            )
+        try:
+            transport = first.transport
+            if transport.name == "local":
+                answer = probe(items, encode=False)
+            else:
+                python = first.spec.get("python") or "python3"
+                done = transport.exec(
+                    [python, "-c", _probe_source()],
+                    stdin=json.dumps(items).encode(),
+                    timeout=60,
+                ).check()
+                answer = json.loads(done.stdout)
+        except Exception as exc:  # noqa: BLE001 - an unreachable host is not a dead job
+            for f in members:
+                f.snap = self._unreachable(f, exc)
+            return
+        for f, rec in zip(members, answer["jobs"], strict=False):
+            try:
+                self._absorb(f, rec, answer.get("boot_id"), transport)
+            except Exception as exc:  # noqa: BLE001 - one job's odd records spare the others
+                f.snap = self._unreachable(f, exc)
+
+    def _absorb(
+        self, f: Followed, rec: dict[str, Any], boot: str | None, transport: Transport
+    ) -> None:
+        spec = f.job.spec
+        control = spec["control_dir"]
+        new_lines = f.log.feed(rec["log"])
+        for raw, _end in f.progress.feed(rec["progress"]):
+            try:
+                value = json.loads(raw)
+            except ValueError:
                 continue
-            changed = False
-            snaps: dict[str, Snapshot] = {}
-            for key, (job, callback) in subs.items():
-                snap = snaps.get(job.id)
-                if snap is None:
-                    try:
-                        snap = snaps[job.id] = job.snapshot()
-                    except Exception as exc:  # noqa: BLE001 - shown to the view, watcher goes on
-                        snap = Snapshot(
-                            job.id,
-                            job.name,
-                            "queued",
-                            job.spec.get("host", ""),
-                            time.time(),
-                            diagnosis=f"cannot observe the job: {exc}",
-                        )
-                fingerprint = repr((snap.state, snap.progress, snap.log_tail, snap.diagnosis))
-                prev = self._last.get(key)
-                now = time.monotonic()
-                if (
-                    prev is None
-                    or (prev[0] != fingerprint and now - prev[1] >= self.min_gap)
-                    or snap.terminal
-                ):
-                    if prev is None or prev[0] != fingerprint:
-                        changed = True
-                    self._last[key] = (fingerprint, now)
-                    callback(snap)
-                if snap.terminal:
-                    self.unsubscribe(key)
-            self.last_tick = time.time()
-            interval = self.min_interval if changed else min(interval * 2, self.max_interval)
-            self._wake.wait(interval)
-            self._wake.clear()
+            if isinstance(value, dict):
+                f.records.append(value)
+        if (
+            len(f.records) > 2 * KEEP_RECORDS
+        ):  # thin the older half evenly: the curve keeps its shape
+            f.records = f.records[:KEEP_RECORDS][::2] + f.records[KEEP_RECORDS:]
+        files: dict[str, bytes | None] = {
+            f"{control}/{name}": _decode(rec[key])
+            for name, key in (
+                ("status.json", "status"),
+                ("exit.json", "exit"),
+                ("heartbeat.json", "heartbeat"),
+                ("resources.json", "resources"),
+                ("error.json", "error"),
+            )
+        }
+        # The newest raw records, as many as a one-off look would parse (no re-encoding).
+        files[f"{control}/progress.jsonl"] = None if f.progress.size is None else b""
+        # An ended job's log is complete: its unterminated last line counts too.
+        ended = rec.get("exit") is not None and not f.log.pending
+        if ended:
+            new_lines += f.log.flush()
+        # The log's lines are handed over cleaned (CachedReads.log_lines); its bytes only once
+        # the job ended, for whatever reads the end of the log then.
+        files[f"{control}/log"] = (
+            None if f.log.size is None else f.log.tail_bytes(16384) if ended else b""
+        )
+        if rec.get("agent_log") is not None:
+            files[f"{control}/agent.log"] = _decode(
+                base64.b64decode(rec["agent_log"])
+                if isinstance(rec["agent_log"], str)
+                else rec["agent_log"]
+            )
+        stats: dict[str, FileStat | None] = {
+            f"{control}/log": None
+            if f.log.size is None
+            else FileStat(len(files[f"{control}/log"] or b""), f.log.mtime or 0.0, False)
+        }
+        ckpt = spec.get("ckpt_dir")
+        if ckpt:
+            mtime = rec.get("ckpt_mtime")
+            stats[ckpt] = None if mtime is None else FileStat(0, float(mtime), True)
+        alive: dict[int, bool] = {}
+        if rec.get("pid") is not None and rec.get("alive") is not None:
+            alive[int(rec["pid"])] = bool(rec["alive"])
+        view = CachedReads(transport, files, stats, alive, boot)
+        view.records[control] = f.records
+        if new_lines:
+            f.clean.extend(clean_lines([raw for raw, _ in new_lines]))
+        view.log_lines[control] = list(f.clean)
+        snap = f.job.snapshot(via=view)
+        if snap.terminal and ended:
+            f.done = True
+        snap.watcher = self.liveness()
+        f.snap = snap
+        f.new_lines = new_lines
+
+    def _deliver(self) -> bool:
+        """Hand new snapshots and log lines to the views; True when any view saw a change."""
+        with self._lock:
+            subs = list(self._subs.items())
+        n = max(1, len(subs))
+        gap = max(self.min_gap, n / self.global_rate)
+        changed = False
+        now = time.monotonic()
+        for key, sub in subs:
+            f = self._followed.get(sub.job_id)
+            if f is None or f.snap is None:
+                continue
+            snap = f.snap
+            if sub.on_lines is not None:
+                changed |= self._give_lines(f, sub)
+            fingerprint = repr(
+                (snap.display_state, snap.progress, snap.log_tail, snap.diagnosis, snap.resources)
+            )
+            new = fingerprint != sub.fingerprint
+            if new and (
+                sub.fingerprint is None or now - sub.shown_at >= gap or snap.terminal or f.done
+            ):
+                sub.fingerprint, sub.shown_at = fingerprint, now
+                changed = True
+                sub.callback(snap)
+            elif new:
+                changed = True  # shown on a later tick
+            if f.done and (sub.on_lines is None or sub.cursor is None or not f.log.pending):
+                self.unsubscribe(key)
+        with self._lock:  # ended jobs keep their final snapshot, the newest KEEP_ENDED of them
+            ended = [j for j, f in self._followed.items() if f.done]
+            for job_id in ended[: max(0, len(ended) - KEEP_ENDED)]:
+                if not any(s.job_id == job_id for s in self._subs.values()):
+                    del self._followed[job_id]
+        return changed
+
+    def _give_lines(self, f: Followed, sub: Subscription) -> bool:
+        """Hand ``sub`` the log lines it has not had: first what lies between its cursor and the
+        lines read this tick (read from the file, for a view resuming from a stored offset),
+        then those lines. Nothing is given twice; a log begun anew (a requeued attempt) is
+        followed from its start."""
+        assert sub.on_lines is not None
+        new = f.new_lines
+        if sub.resets != f.log.resets:
+            sub.resets, sub.cursor = f.log.resets, 0 if sub.cursor is not None else None
+        first = new[0][1] - len(new[0][0]) - 1 if new else f.log.boundary
+        if sub.cursor is None:
+            sub.cursor = first
+        out: list[bytes] = []
+        if sub.cursor < first:
+            want = first - sub.cursor
+            try:
+                data = f.job.transport.read_bytes(
+                    f"{f.job.spec['control_dir']}/log", sub.cursor, min(CATCHUP_CHUNK, want)
+                )
+            except OSError:
+                data = b""
+            complete = data if len(data) >= want else data[: data.rfind(b"\n") + 1]
+            out.extend(complete.split(b"\n")[:-1] if complete.endswith(b"\n") else [complete])
+            out = [line for line in out if line or complete]
+            sub.cursor += len(complete)
+            if sub.cursor < first:  # the rest of the way on the next tick, from the file
+                if out:
+                    sub.on_lines(clean_lines(out), sub.cursor)
+                return True
+        for raw, end in new:
+            if end > sub.cursor:
+                out.append(raw)
+                sub.cursor = end
+        if out:
+            sub.on_lines(clean_lines(out), sub.cursor)
+            return True
+        return False
+
+    def _stamp(self, stopped: str | None = None) -> None:
+        """Write this watcher's tick into each followed project's registry."""
+        from .registry import Registry
+
+        self._stamped = time.time()
+        projects: dict[Path, list[str]] = {}
+        for f in list(self._followed.values()):
+            projects.setdefault(f.job.project, []).append(f.job.id)
+        for project, jobs in projects.items():
+            try:
+                Registry(project).watcher_tick(
+                    self.id,
+                    self.kind,
+                    os.getpid(),
+                    socket.gethostname(),
+                    self.started_at,
+                    self.interval,
+                    jobs,
+                    stopped,
+                )
+            except Exception:  # noqa: BLE001 - a locked registry must not stop the watch
+                log.warning("could not stamp the watcher's tick in %s", project, exc_info=True)
+
+
+def watcher_note(project: Path, job_id: str, now: float | None = None) -> str | None:
+    """Who watches ``job_id`` (from the registry's watcher ticks) and whether it still ticks."""
+    from .registry import Registry
+
+    now = time.time() if now is None else now
+    notes = []
+    for w in Registry(project).watchers():
+        if job_id not in w["jobs"]:
+            continue
+        age = now - float(w["last_tick"])
+        late = age > 2 * float(w["interval"]) + LIVENESS_SLACK_S
+        who = f"{w['kind']} watcher (pid {w['pid']})"
+        if w.get("stopped"):
+            notes.append((1, f"{who} stopped: {w['stopped']}"))
+        elif late:
+            notes.append((1, f"{who} stopped ticking: last look {age:.0f} s ago"))
+        else:
+            notes.append((0, f"{who}: last look {age:.0f} s ago"))
+    if not notes:
+        return None
+    notes.sort(key=lambda n: n[0])  # a live watcher first, else the one that ticked last
+    return notes[0][1]
 
 
 _WATCHER: Watcher | None = None
+_WATCHER_LOCK = threading.Lock()
 
 
 def watcher() -> Watcher:
     """The process's watcher."""
     global _WATCHER
-    if _WATCHER is None:
-        _WATCHER = Watcher()
-    return _WATCHER
+    with _WATCHER_LOCK:
+        if _WATCHER is None:
+            _WATCHER = Watcher()
+        return _WATCHER

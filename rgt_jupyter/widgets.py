@@ -1,39 +1,125 @@
-"""The live status view: an ipywidgets HTML widget fed by the process's watcher.
+"""The live status view of a job, fed by the process's watcher (stock ipywidgets controls).
 
-Displayed as one bundle with ``text/plain`` and ``text/html`` fallbacks, so frontends without
-widget support (and plain terminals) still show a useful status.
+The view reads the watcher's cache and never polls on its own: state, a progress bar, a loss
+curve from ``job.progress`` metrics, GPU and memory use from the agent's samples, heartbeat age,
+the watcher's own liveness, diagnosis, cost so far, the log tail, and a teardown button that opens
+the teardown gate (:mod:`.teardown_view`). Only controls whose API also exists in ipywidgets 7.7
+are used (HTML, IntProgress, Button, VBox, HBox, Layout, ``add_class``), so it renders in Colab.
+
+Each update sends at most three widget messages (the state word only when it changes, the bar,
+one HTML body). Displayed as one bundle with ``text/plain`` and ``text/html`` fallbacks, so
+frontends without widget support (and plain terminals) still show a useful status.
 """
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from .api import Job
-from .render import snapshot_html, snapshot_text
+from .render import curve_svg, snapshot_html, snapshot_text, state_html
 from .status import Snapshot
-from .watch import watcher
+from .watch import Watcher, watcher
+
+
+def _first_snapshot(job: Job, watch: Watcher) -> Snapshot:
+    """What to show before the watcher's first look: its cache, the launch's own view, or the
+    registry's last recorded state (no round trip to the host)."""
+    cached = watch.cached(job.id)
+    if cached is not None:
+        return cached
+    if job._last is not None:
+        return job._last
+    from .status import new_snapshot
+
+    snap = new_snapshot(job.spec, job.spec.get("host", ""))
+    snap.state = str(job._row.get("state") or "queued")
+    snap.observed_at = float(job._row.get("updated_at") or snap.observed_at)
+    snap.watcher = "waiting for the watcher's first look"
+    return snap
 
 
 class StatusView:
     """A job's live status widget (created only where ipywidgets imports)."""
 
-    def __init__(self, job: Job) -> None:
-        import ipywidgets
+    def __init__(self, job: Job, watch: Watcher | None = None) -> None:
+        import ipywidgets as w
 
         self.job = job
-        snap = job.recent_snapshot()
-        self.widget = ipywidgets.HTML(value=self._html(snap))
+        self.watch = watch or watcher()
+        snap = _first_snapshot(job, self.watch)
         self._first = snap
-        if not snap.terminal:
-            watcher().subscribe(job, self.update)
+        self.state = w.HTML(value=state_html(snap.display_state))
+        self.state.add_class("rgt-state")
+        self.title = w.HTML(
+            value=f"<b>{html.escape(job.id)}</b> on {html.escape(snap.host or 'this machine')}"
+        )
+        self.bar = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="60%"))
+        self.bar.add_class("rgt-progress")
+        self.body = w.HTML(value="")
+        self.body.add_class("rgt-body")
+        self.teardown_button = w.Button(
+            description="Tear down…",
+            tooltip="The teardown gate of the machine this job ran on: checklist, what the "
+            "meter-stop verb destroys, explicit approval",
+        )
+        self.teardown_button.add_class("rgt-teardown")
+        self.teardown_button.on_click(lambda _b: self.open_teardown())
+        self.panel = w.VBox([])
+        self.teardown: Any = None
+        self.widget = w.VBox(
+            [
+                w.HBox([self.state, self.title]),
+                self.bar,
+                self.body,
+                self.teardown_button,
+                self.panel,
+            ]
+        )
+        self.widget.add_class("rgt-status")
+        self._shown_state = snap.display_state
+        self._curve_key: tuple[int, int | None] = (-1, None)
+        self._curve = ""
+        self._render(snap)
+        self._key = self.watch.subscribe(job, self.update)
 
-    def _html(self, snap: Snapshot) -> str:
+    def _render(self, snap: Snapshot) -> None:
+        progress = snap.progress or {}
+        total, step = progress.get("total"), progress.get("step")
+        if isinstance(total, int | float) and total > 0 and isinstance(step, int | float):
+            self.bar.max = int(total)
+            self.bar.value = int(min(step, total))
+        elif snap.state == "finished":
+            self.bar.max, self.bar.value = 1, 1
         tb = self.job.traceback() if snap.state == "failed" else None
-        return snapshot_html(snap, tb)
+        records = self.watch.records(self.job.id)
+        key = (len(records), id(records[-1]) if records else None)
+        if key != self._curve_key:  # drawn again only when new records came
+            self._curve_key, self._curve = key, curve_svg(records)
+        self.body.value = snapshot_html(snap, tb, header=False, curve=self._curve)
+        if snap.display_state != self._shown_state:
+            self.state.value = state_html(snap.display_state)
+            self._shown_state = snap.display_state
 
     def update(self, snap: Snapshot) -> None:
-        """Called by the watcher (at most a few times a second) with a new snapshot."""
-        self.widget.value = self._html(snap)
+        """Called by the watcher (rate-limited) with a new snapshot."""
+        self._render(snap)
+
+    def open_teardown(self) -> None:
+        """Show the teardown gate of the job's machine below the status (once)."""
+        import ipywidgets as w
+
+        from .errors import RgtError
+        from .teardown_view import TeardownView
+
+        if self.teardown is not None:
+            return
+        try:
+            self.teardown = TeardownView(self.job._row, self.job.project)
+        except RgtError as exc:
+            self.panel.children = [w.HTML(f"<i>{html.escape(str(exc))}</i>")]
+            return
+        self.panel.children = [self.teardown.widget]
 
     def bundle(self) -> dict[str, Any]:
         """The display bundle: widget view plus text and HTML fallbacks."""
@@ -49,9 +135,11 @@ class StatusView:
         }
 
 
-def job_bundle(job: Job) -> dict[str, Any]:
-    """How a :class:`Job` displays in a shell that loaded the extension: a live view."""
+def job_bundle(job: Job) -> tuple[dict[str, Any], dict[str, Any]]:
+    """How a :class:`Job` displays in a shell that loaded the extension: a live view. The
+    output's metadata names the job, so the saved notebook records which job each cell ran."""
+    meta = {"rgt_jupyter": {"job_id": job.id, "name": job.name}}
     try:
-        return StatusView(job).bundle()
+        return StatusView(job).bundle(), meta
     except ImportError:
-        return job._repr_mimebundle_()
+        return job._repr_mimebundle_(), meta

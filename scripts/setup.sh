@@ -10,13 +10,15 @@ if sys.version_info < (3, 10):
     sys.exit(f"rgt-jupyter needs Python 3.10+, found {sys.version.split()[0]}")
 PYV
 # The tests run against real parts: an OpenSSH server on 127.0.0.1 (and its client), tmux for the
-# tmux launcher, a one-node Slurm cluster (slurmctld, slurmd, and munged for its authentication).
+# tmux launcher, a one-node Slurm cluster (slurmctld, slurmd, and munged for its authentication),
+# and Debian's Chromium for the JupyterLab tests that Playwright drives (it cannot download one).
 need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null || need+=(openssh-client)
 command -v tmux >/dev/null || need+=(tmux)
 { [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ]; } || need+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || need+=(munge)
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -32,6 +34,6 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 python -m pip install -q "torch==2.13.0" numpy 2>&1 | grep -v "^WARNING: Location" || true
 python -c "import torch" || { echo "torch did not install" >&2; exit 1; }
 python -m pip install -q -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
-python -c "import rgt_jupyter, nbclient, ipykernel, matplotlib, pytest" \
+python -c "import rgt_jupyter, nbclient, ipykernel, matplotlib, pytest, jupyterlab, playwright" \
   || { echo "setup incomplete: a dependency failed to install" >&2; exit 1; }
 echo "rgt-jupyter is set up in .venv"

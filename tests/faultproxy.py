@@ -21,12 +21,26 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
         self.cuts = 0
+        self.accepted = 0
+        self.refusing = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def arm(self, after_bytes: int) -> None:
         """Cut every open connection once ``after_bytes`` more bytes came from the server."""
         with self._lock:
             self._cut_at = self.bytes_down + after_bytes
+
+    def cut(self, refuse: bool = False) -> None:
+        """Cut every open connection now; ``refuse``: close new ones at once until
+        :meth:`admit` (the host is unreachable)."""
+        with self._lock:
+            self.refusing = refuse
+            self._cut_all()
+
+    def admit(self) -> None:
+        """Forward new connections again."""
+        with self._lock:
+            self.refusing = False
 
     def disarm(self) -> None:
         """No more cuts."""
@@ -50,9 +64,13 @@ class FaultProxy:
                 client, _ = self.server.accept()
             except OSError:
                 return
+            if self.refusing:
+                client.close()
+                continue
             upstream = socket.create_connection(("127.0.0.1", self.target_port))
             with self._lock:
                 self._conns += [client, upstream]
+                self.accepted += 1
             threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
             threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
 

@@ -57,3 +57,28 @@ def test_slurm_watch_bench_makes_one_batched_call_per_poll(tmp_path: Path, slurm
     assert report["goal_one_batched_call_per_poll"] is True
     assert report["scheduler_calls_per_min"] < report["per_job_calls_per_min"]
     assert report["sbatch_to_visible_s"]["max"] < 10
+
+
+def test_watch_bench_reports_each_figure(tmp_path: Path) -> None:
+    out = tmp_path / "watch.json"
+    _bench("watch.py", "--jobs", "4", "--window", "8", "--out", str(out))
+    report = json.loads(out.read_text())
+    figures = (
+        "remote_requests_per_s",
+        "new_connections_per_poll",
+        "bytes_per_poll",
+        "new_log_bytes_per_poll",
+        "bytes_to_new_log_bytes",
+        "iopub_msgs_per_s",
+        "kernel_cpu_share",
+    )
+    for name in figures:
+        assert isinstance(report[name], int | float), name
+    assert set(report["meets_goals"]) == set(report["goals"])
+    assert report["ssh"]["watcher_ticks"] > 0 and report["kernel"]["watcher_ticks"] > 0
+    assert report["new_connections_per_poll"] == 0
+    assert sum(report["ssh"]["remote_requests"].values()) > 0
+    assert report["new_log_bytes_per_poll"] > 0 and report["bytes_per_poll"] > 0
+    assert report["iopub_msgs_per_s"] > 0  # the views were updated while the jobs ran
+    for setup in ("ssh", "kernel"):
+        assert report[setup]["job_states_at_end"] == ["finished"], setup

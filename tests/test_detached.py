@@ -10,14 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jupyter_client import KernelManager
-from jupyter_client.kernelspec import KernelSpecManager
-
 from rgt_jupyter.api import Job
 
 from .conftest import pid_alive, wait_for
-
-KERNEL_NAME = "rgt-test-venv"
+from .kernels import _execute, _kernel_spec_manager, _shutdown, _start_kernel
 
 JOB_CELL = """%%remote_run --name det
 import time
@@ -29,71 +25,6 @@ for step in range(1, TOTAL + 1):
     job.progress(step, TOTAL)
 job.save_results({'answer': 42})
 """
-
-
-def _kernel_spec_manager(root: Path) -> KernelSpecManager:
-    """A kernel spec that runs this test's own interpreter (the project's venv)."""
-    spec_dir = root / "kernels" / KERNEL_NAME
-    spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "rgt test kernel",
-                "language": "python",
-            }
-        )
-    )
-    return KernelSpecManager(kernel_dirs=[str(root / "kernels")], ensure_native_kernel=False)
-
-
-def _kernel_env(project: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
-    env["RGT_PROJECT"] = str(project)
-    env["IPYTHONDIR"] = str(project / ".ipython")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _start_kernel(project: Path, ksm: KernelSpecManager) -> tuple[KernelManager, Any]:
-    km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm)
-    km.connection_file = str(project / f".kernel-{time.monotonic_ns()}.json")
-    km.start_kernel(env=_kernel_env(project), cwd=str(project))
-    kc = km.client()
-    kc.start_channels()
-    kc.wait_for_ready(timeout=60)
-    return km, kc
-
-
-def _execute(kc: Any, code: str, timeout: float = 60) -> str:
-    """Run ``code`` in the kernel; return everything it printed or displayed as text."""
-    chunks: list[str] = []
-
-    def hook(msg: dict[str, Any]) -> None:
-        kind = msg["header"]["msg_type"]
-        content = msg["content"]
-        if kind == "stream":
-            chunks.append(content["text"])
-        elif kind in ("execute_result", "display_data", "update_display_data"):
-            chunks.append(content["data"].get("text/plain", "") + "\n")
-        elif kind == "error":
-            chunks.append("\n".join(content["traceback"]) + "\n")
-
-    reply = kc.execute_interactive(code, timeout=timeout, output_hook=hook)
-    out = "".join(chunks)
-    assert reply["content"]["status"] == "ok", f"kernel cell failed:\n{code}\n---\n{out}"
-    return out
-
-
-def _shutdown(km: KernelManager | None, kc: Any) -> None:
-    if kc is not None:
-        kc.stop_channels()
-    if km is not None:
-        try:
-            km.shutdown_kernel(now=True)
-        except Exception:
-            pass
-        km.cleanup_resources()
 
 
 def test_job_outlives_killed_kernel_and_new_kernel_pulls_it(tmp_path: Path, project: Path) -> None:

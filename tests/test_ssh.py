@@ -534,3 +534,63 @@ def test_remote_run_cell_returns_after_one_command_and_shows_it_queued(
     job = Job.from_registry("quick", project)
     assert job.wait(60) == "finished", job.log()
     assert job.log().strip() == "q"
+
+
+def test_the_watcher_asks_an_ssh_host_once_per_look_for_all_its_jobs(
+    project: Path, box: Path, sshd: Sshd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three jobs on one host: each watcher look is one command on the open connection (no
+    SFTP read per file, no new connection); their logs stream whole; a cut connection shows as
+    'cannot observe', never as a failed job, and the next look reconnects."""
+    from rgt_jupyter.transport.ssh import SSHTransport
+    from rgt_jupyter.watch import Watcher
+
+    program = (
+        "import time, rgt_jupyter.job as job\nfor i in range(1, 31):\n"
+        "    print('row', i, flush=True)\n    job.progress(i, 30)\n    time.sleep(0.1)\n"
+    )
+    with cutbox(sshd, box) as proxy:
+        jobs = [
+            Job(
+                launch(
+                    LaunchRequest(program=program, name=f"w{i}", profile="box", host="cutbox"),
+                    project,
+                ),
+                project,
+            )
+            for i in range(3)
+        ]
+        calls: list[str] = []
+        for method in ("exec", "read_bytes", "stat", "listdir"):
+            monkeypatch.setattr(
+                SSHTransport, method, _counting(calls, method, getattr(SSHTransport, method))
+            )
+        watcher = Watcher(min_interval=0.3, max_interval=0.6)
+        lines: dict[str, list[str]] = {job.id: [] for job in jobs}
+        states: dict[str, list[str]] = {job.id: [] for job in jobs}
+        diagnoses: list[str] = []
+        for job in jobs:
+            watcher.subscribe(
+                job,
+                lambda snap, j=job.id: (
+                    states[j].append(snap.state),
+                    diagnoses.append(snap.diagnosis or ""),
+                ),
+                on_lines=lambda new, _offset, j=job.id: lines[j].extend(new),
+                from_offset=0,
+            )
+        wait_for(lambda: watcher.ticks >= 3, 30, "three looks")
+        connections = proxy.accepted
+        proxy.cut(refuse=True)  # the connection dies under the watcher; the host is unreachable
+        wait_for(lambda: any("cannot observe the job" in d for d in diagnoses), 30, "the gap")
+        proxy.admit()
+        wait_for(lambda: all(s and s[-1] == "finished" for s in states.values()), 120, "the ends")
+        assert not any("failed" in s or "lost" in s for s in states.values())
+        assert proxy.accepted == connections + 1  # one new connection after the gap, no more
+        ticks = watcher.ticks
+        watcher.stop()
+    for job in jobs:
+        assert lines[job.id] == [f"row {i}" for i in range(1, 31)]
+    # Each look asked once (an exec) for all three jobs; reads only where a view caught up.
+    assert calls.count("exec") <= ticks + 1
+    assert calls.count("read_bytes") + calls.count("stat") <= 3 * 3

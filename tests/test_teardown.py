@@ -309,9 +309,13 @@ def test_no_watcher_or_view_can_reach_a_meter_stop() -> None:
         and any(s in p.read_text() for s in (".down(", "delete_orphan(", "wait_down("))
     }
     assert callers == {"teardown.py"}
-    for name in ("watch.py", "status.py", "widgets.py", "billing.py", "render.py", "api.py"):
+    for name in ("watch.py", "status.py", "billing.py", "render.py", "api.py"):
         text = (pkg / name).read_text()
         assert "providers" not in text and "teardown" not in text, name
+    # The status view's button opens the approval widget, and nothing else: no adapter, no verb.
+    view = (pkg / "widgets.py").read_text()
+    assert "providers" not in view and "stop_meter" not in view and "from .teardown " not in view
+    assert "from .teardown_view import TeardownView" in view
     stoppers = {p.name for p in pkg.rglob("*.py") if "stop_meter(" in p.read_text()}
     assert stoppers == {"teardown.py", "teardown_view.py", "cli_machines.py"}
 

@@ -22,7 +22,8 @@ class ChattyJob:
     id = name = "chatty"
     spec: dict[str, Any] = {"host": "here"}
 
-    def __init__(self, end_after: int) -> None:
+    def __init__(self, end_after: int, project: Path) -> None:
+        self.project = project
         self.calls = 0
         self.end_after = end_after
 
@@ -34,9 +35,9 @@ class ChattyJob:
         )
 
 
-def test_updates_are_coalesced_to_four_per_second() -> None:
+def test_updates_are_coalesced_to_four_per_second(tmp_path: Path) -> None:
     watcher = Watcher(min_interval=0.01, max_interval=0.05, max_rate=4.0)
-    job = ChattyJob(end_after=10**9)
+    job = ChattyJob(end_after=10**9, project=tmp_path)
     seen: list[float] = []
     key = watcher.subscribe(job, lambda snap: seen.append(time.monotonic()))  # type: ignore[arg-type]
     time.sleep(2.0)
@@ -47,9 +48,9 @@ def test_updates_are_coalesced_to_four_per_second() -> None:
     assert min(gaps) >= 0.24
 
 
-def test_subscription_ends_with_the_job() -> None:
+def test_subscription_ends_with_the_job(tmp_path: Path) -> None:
     watcher = Watcher(min_interval=0.01, max_interval=0.02)
-    job = ChattyJob(end_after=5)
+    job = ChattyJob(end_after=5, project=tmp_path)
     states: list[str] = []
     watcher.subscribe(job, lambda snap: states.append(snap.state))  # type: ignore[arg-type]
     wait_for(lambda: states and states[-1] == "finished", 10, "the final update")
@@ -73,8 +74,9 @@ def test_status_view_follows_a_real_job(project: Path) -> None:
     assert time.monotonic() - started < 5  # building the view does not wait for the job
     bundle = view.bundle()
     assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == view.widget.model_id
-    wait_for(lambda: "finished" in view.widget.value, 60, "the view to show the end")
-    assert "step 8/8" in view.widget.value and "line 8" in view.widget.value
+    wait_for(lambda: "finished" in view.state.value, 60, "the view to show the end")
+    assert "step 8/8" in view.body.value and "line 8" in view.body.value
+    assert (view.bar.value, view.bar.max) == (8, 8)
     assert threading.active_count() < 50
 
 

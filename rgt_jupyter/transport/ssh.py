@@ -18,6 +18,7 @@ import errno
 import hashlib
 import io
 import os
+import select
 import shlex
 import socket
 import stat as stat_mod
@@ -354,9 +355,13 @@ class SSHTransport(Transport):
                 ):
                     break
                 else:
-                    if deadline is not None and time.monotonic() > deadline:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
                         raise SSHError("timeout", f"{self.alias}: {argv[0]} ran past {timeout} s")
-                    time.sleep(0.002)
+                    # Sleep until data or the end arrives (the channel's pipe), not in a spin.
+                    wait = 1.0 if left is None else min(left, 1.0)
+                    if not select.select([chan], [], [], wait)[0] or chan.eof_received:
+                        chan.status_event.wait(0.05)
             while chan.recv_ready():
                 out += chan.recv(1 << 16)
             while chan.recv_stderr_ready():

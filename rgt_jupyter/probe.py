@@ -1,0 +1,143 @@
+"""One look at many jobs on one machine: the watcher's poll primitive (stdlib only, Python 3.8+).
+
+Given the control dirs of the jobs a watcher follows on a machine, with the byte offsets it has
+already read of each job's ``log`` and ``progress.jsonl``, :func:`probe` returns in one answer what
+the status rules need: the agent's records, whether its process is alive (checked before
+``exit.json`` is read, so a job that ends between the two reads is never taken for lost), the new
+log and progress bytes from those offsets (so the bytes moved grow with new output, not with the
+log's size), and the last change of the log and the checkpoint dir (for stall detection).
+
+Locally the watcher calls :func:`probe` in process; over SSH it runs this file's source with
+``python3 -c`` on one channel of the existing connection, the request on stdin, the answer on
+stdout as JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional
+
+#: At most this many new bytes of a log are returned per look; the rest comes with the next one.
+MAX_CHUNK = 1 << 20
+
+
+def _text(path: str, limit: int = 1 << 20) -> Optional[str]:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def _alive(pid: Any, start_ticks: Any) -> bool:
+    try:
+        with open("/proc/%d/stat" % int(pid)) as fh:
+            text = fh.read()
+    except (OSError, ValueError, TypeError):
+        return False
+    fields = text[text.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return False
+    return start_ticks is None or int(fields[19]) == int(start_ticks)
+
+
+def _mtime(path: Optional[str]) -> Optional[float]:
+    if not path:
+        return None
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def read_from(
+    path: str, offset: int, limit: int = MAX_CHUNK, encode: bool = True
+) -> Dict[str, Any]:
+    """New bytes of ``path`` from ``offset`` (a negative offset: start that many bytes before the
+    end, at the next line). ``offset`` in the answer is where ``data`` starts; a file that shrank
+    (rewritten) is read again from 0 and says so with ``reset``. ``data`` is base64 text when
+    ``encode`` (for JSON), else bytes."""
+    out: Dict[str, Any] = {"size": None, "mtime": None, "offset": 0, "data": b"", "reset": False}
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            out["size"], out["mtime"] = st.st_size, st.st_mtime
+            start = int(offset)
+            if start < 0:
+                start = max(0, st.st_size + start)
+                if start > 0:
+                    fh.seek(start - 1)
+                    if fh.read(1) != b"\n":
+                        line = fh.readline()
+                        start += len(line)
+            elif start > st.st_size:
+                start, out["reset"] = 0, True
+            fh.seek(start)
+            data = fh.read(min(limit, max(0, st.st_size - start)))
+            out["offset"] = start
+            out["data"] = data
+    except OSError:
+        pass
+    if encode:
+        out["data"] = base64.b64encode(out["data"]).decode("ascii")
+    return out
+
+
+def probe_one(item: Dict[str, Any], encode: bool = True) -> Dict[str, Any]:
+    """One job's records; see the module docstring."""
+    control = item["control"]
+    status = _text(os.path.join(control, "status.json"))
+    pid, ticks = item.get("pid"), None
+    if status:
+        try:
+            rec = json.loads(status)
+            pid, ticks = rec.get("agent_pid", pid), rec.get("agent_start_ticks")
+        except ValueError:
+            pass
+    alive = _alive(pid, ticks) if pid is not None else None
+    exit_text = _text(os.path.join(control, "exit.json"))  # after the liveness check
+    out = {
+        "status": status,
+        "alive": alive,
+        "exit": exit_text,
+        "heartbeat": _text(os.path.join(control, "heartbeat.json")),
+        "resources": _text(os.path.join(control, "resources.json")),
+        "error": _text(os.path.join(control, "error.json")) if exit_text else None,
+        "log": read_from(
+            os.path.join(control, "log"), int(item.get("log_offset", 0)), encode=encode
+        ),
+        "progress": read_from(
+            os.path.join(control, "progress.jsonl"),
+            int(item.get("progress_offset", 0)),
+            encode=encode,
+        ),
+        "ckpt_mtime": _mtime(item.get("ckpt_dir")),
+        "agent_log": None,
+        "pid": pid,
+    }
+    if status is None:
+        tail = read_from(os.path.join(control, "agent.log"), -4096, 4096, encode=encode)
+        out["agent_log"] = tail["data"]
+    return out
+
+
+def probe(items: List[Dict[str, Any]], encode: bool = True) -> Dict[str, Any]:
+    """Every job's records, and the machine's boot id (file contents base64 when ``encode``)."""
+    boot = _text("/proc/sys/kernel/random/boot_id")
+    return {
+        "boot_id": boot.strip() if boot else None,
+        "jobs": [probe_one(item, encode) for item in items],
+    }
+
+
+def main() -> None:
+    """Read the request (a JSON list of items) on stdin; write the answer as JSON on stdout."""
+    items = json.loads(sys.stdin.read() or "[]")
+    sys.stdout.write(json.dumps(probe(items)))
+
+
+if __name__ == "__main__":
+    main()
