@@ -128,6 +128,12 @@ def build_manifest(roots: Dict[str, str], reuse: Optional[Dict[str, Any]] = None
             continue
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames.sort()
+            for name in [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                # A link to a folder is listed among the folders (and never entered): refuse it
+                # like a link to a file, whether or not its target exists.
+                dirnames.remove(name)
+                rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+                refused.append(prefix + "/" + rel)
             for name in sorted(filenames):
                 full = os.path.join(dirpath, name)
                 rel = os.path.relpath(full, root).replace(os.sep, "/")

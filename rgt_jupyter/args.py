@@ -215,6 +215,41 @@ DOWN_ARGS: list[Spec] = [
         },
     ),
 ]
+VERIFY_ARGS: list[Spec] = [
+    (
+        ("runs",),
+        {
+            "nargs": "+",
+            "metavar": "RUN",
+            "help": "the variant: run ids or folders, jobs (their newest pulled run), or a seed "
+            "group (one run per seed)",
+        },
+    ),
+    (
+        ("--baseline",),
+        {"nargs": "+", "default": [], "metavar": "RUN", "help": "the baseline, named the same way"},
+    ),
+    (("--metric",), {"default": None, "metavar": "M", "help": "the metric (default: declared)"}),
+    (
+        ("--direction",),
+        {
+            "choices": ["max", "min"],
+            "default": None,
+            "help": "whether higher (max) or lower (min) is better (default: declared)",
+        },
+    ),
+    (("--split",), {"default": None, "help": "the split the metric is reported on"}),
+    (
+        ("--changed",),
+        {
+            "nargs": "+",
+            "default": [],
+            "metavar": "KEY",
+            "help": "config keys the variant changes (default: what the runs declared)",
+        },
+    ),
+]
+
 RESUME_ARGS: list[Spec] = [
     (("job",), {"help": "job id or name"}),
     (("--fresh",), {"action": "store_true", "help": "start over in a new checkpoint dir"}),

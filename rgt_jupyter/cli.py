@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
-from .args import PULL_ARGS, RESUME_ARGS, RUN_ARGS, WATCH_ARGS, add_args
+from .args import PULL_ARGS, RESUME_ARGS, RUN_ARGS, VERIFY_ARGS, WATCH_ARGS, add_args
 from .cli_machines import add_parsers, dispatch
 from .errors import RemoteTraceback, RgtError
 from .render import progress_text, snapshot_text, strip_ansi, transfer_text
@@ -55,6 +56,17 @@ def _parser() -> argparse.ArgumentParser:
             description="Relaunch a job into its checkpoint dir.",
         ),
         RESUME_ARGS,
+    )
+    verify = sub.add_parser(
+        "verify",
+        help="check runs for bugs, effects and noise",
+        description="Run the VERIFY checks on pulled runs; findings are appended to "
+        "verify/findings.jsonl.",
+    )
+    add_args(verify, VERIFY_ARGS)
+    verify.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    verify.add_argument(
+        "--strict", action="store_true", help="exit 1 when any finding is not pass / not_checked"
     )
     sub.add_parser("jobs", help="list this project's jobs", description="List jobs.")
     add_parsers(sub)
@@ -185,6 +197,22 @@ def _cmd_pull(args: argparse.Namespace, project: Path) -> int:
     return 0 if run.verified else 1
 
 
+def _cmd_verify(args: argparse.Namespace, project: Path) -> int:
+    from .verify.report import verify
+
+    report = verify(
+        args.runs,
+        args.baseline,
+        metric=args.metric,
+        direction=args.direction,
+        split=args.split,
+        changed=args.changed,
+        project=project,
+    )
+    print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else report.text())
+    return 1 if args.strict and report.problems else 0
+
+
 def _cmd_resume(args: argparse.Namespace, project: Path) -> int:
     job = _job(args.job, project).resume(fresh=args.fresh)
     print(f"relaunched {job.id}; follow it with: rgt watch {job.name}")
@@ -251,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_pull(args, project)
         if args.command == "resume":
             return _cmd_resume(args, project)
+        if args.command == "verify":
+            return _cmd_verify(args, project)
         if args.command == "jobs":
             return _cmd_jobs(project)
         done = dispatch(args, project)

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = [
     "progress",
@@ -207,6 +207,108 @@ def save_config(config: dict[str, Any]) -> str:
         raise TypeError("save_config expects a dict")
     path = os.path.join(out_dir(), "config.json")
     _write_json_atomic(path, config)
+    return path
+
+
+# ----------------------------------------------------------------------------- for %verify
+#
+# What a job declares here lands in $RGT_OUT and, once pulled, is what %verify checks (see
+# rgt_jupyter.verify.model). Anything left undeclared makes the checks that need it
+# "not_checked", which %verify discloses.
+
+_DIRECTIONS = {"max": "max", "higher_is_better": "max", "min": "min", "lower_is_better": "min"}
+_FNS = ("accuracy", "error_rate", "mse", "rmse", "mae")
+
+
+def declare_metric(name: str, direction: str, split: str = "test", fn: Optional[str] = None) -> str:
+    """Declare the headline metric: its name in results.json, whether higher ("max") or lower
+    ("min") is better, the split it is reported on, and ``fn`` (accuracy, error_rate, mse, rmse,
+    mae) to re-derive it from saved predictions."""
+    if direction not in _DIRECTIONS:
+        raise ValueError("direction must be 'max' or 'min', not %r" % (direction,))
+    if fn is not None and fn not in _FNS:
+        raise ValueError("fn must be one of %s, not %r" % (", ".join(_FNS), fn))
+    record = {"name": name, "direction": _DIRECTIONS[direction], "split": split, "fn": fn}
+    path = os.path.join(out_dir(), "verify", "metric.json")
+    _write_json_atomic(path, record)
+    return path
+
+
+def declare_changed(keys: List[str]) -> str:
+    """Declare the config keys this run changes against its baseline (an ablation's variable)."""
+    path = os.path.join(out_dir(), "verify", "changed.json")
+    _write_json_atomic(path, {"keys": [str(k) for k in keys]})
+    return path
+
+
+def save_split(name: str, ids: Any, hashes: Any = None) -> str:
+    """Record a split's membership: ``splits/<name>.ids`` (one id per line) and, given
+    ``hashes`` (a dict id → sha256 of the item's bytes, or a list in the order of ``ids``),
+    ``splits/<name>.sha256``, so a leak under another name is found too."""
+    ids = [str(i) for i in ids]
+    for item in ids:
+        if "\n" in item or "\r" in item:
+            raise ValueError("split ids cannot contain line breaks: %r" % (item,))
+    path = os.path.join(out_dir(), "splits", "%s.ids" % name)
+    data = "".join(i + "\n" for i in ids).encode("utf-8")
+    _atomic_write(path, lambda fh: fh.write(data))
+    if hashes is not None:
+        if not isinstance(hashes, dict) and len(list(hashes)) != len(ids):
+            raise ValueError("hashes and ids differ in length")
+        pairs = hashes.items() if isinstance(hashes, dict) else zip(ids, hashes)  # noqa: B905 - 3.8
+        lines = "".join("%s  %s\n" % (str(h).lower(), i) for i, h in pairs).encode("utf-8")
+        _atomic_write(
+            os.path.join(out_dir(), "splits", "%s.sha256" % name), lambda fh: fh.write(lines)
+        )
+    return path
+
+
+def save_predictions(split: str, ids: Any, preds: Any, targets: Any) -> str:
+    """Save per-item predictions and targets of a split (``predictions/<split>.jsonl``), so the
+    headline metric can be re-derived from them."""
+    ids, preds, targets = list(ids), list(preds), list(targets)
+    if not len(ids) == len(preds) == len(targets):
+        raise ValueError(
+            "ids, preds and targets differ in length: %d, %d, %d"
+            % (len(ids), len(preds), len(targets))
+        )
+    rows = "".join(
+        json.dumps({"id": str(i), "pred": p, "target": t}, default=_json_default) + "\n"
+        for i, p, t in zip(ids, preds, targets)  # noqa: B905 - Python 3.8; lengths checked
+    ).encode("utf-8")
+    path = os.path.join(out_dir(), "predictions", "%s.jsonl" % split)
+    _atomic_write(path, lambda fh: fh.write(rows))
+    return path
+
+
+def log_eval(split: str, step: int, metrics: Dict[str, Any], purpose: str = "report") -> None:
+    """Record one evaluation: which split, at which step, for what ("report",
+    "early_stopping", "checkpoint_selection" or "tuning"). A test split used to select is what
+    %verify's test_selection check looks for."""
+    record = {"split": split, "step": int(step), "purpose": purpose, "metrics": metrics}
+    line = json.dumps(record, default=_json_default) + "\n"
+    path = os.path.join(out_dir(), "verify", "evals.jsonl")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with _lock, open(path, "a") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def save_outputs(split: str, ids: Any, vectors: Any) -> str:
+    """Save model outputs (embeddings, logits) for some items of a split, for the collapse
+    check (near-constant outputs)."""
+    path = os.path.join(out_dir(), "verify", "outputs", "%s.json" % split)
+    _write_json_atomic(path, {"ids": [str(i) for i in ids], "vectors": vectors})
+    return path
+
+
+def save_shuffle_score(metric: str, real: float, shuffled: float, n: Optional[int] = None) -> str:
+    """Save the score on real inputs and on inputs shuffled across items: equal scores mean
+    the outputs ignore the input."""
+    path = os.path.join(out_dir(), "verify", "shuffle.json")
+    record = {"metric": metric, "real": float(real), "shuffled": float(shuffled), "n": n}
+    _write_json_atomic(path, record)
     return path
 
 

@@ -23,6 +23,7 @@ from .args import (
     JOB_ARG,
     PULL_ARGS,
     RUN_ARGS,
+    VERIFY_ARGS,
     WATCH_ARGS,
     MagicParser,
     Spec,
@@ -70,6 +71,12 @@ _TEARDOWN = magic_parser(
     "The teardown gate of the machine a job ran on: checklist, what the meter-stop verb "
     "destroys, explicit approval.",
     [JOB_ARG],
+)
+_VERIFY = magic_parser(
+    "%verify",
+    "Tell a bug from an effect from noise: every VERIFY check on pulled runs, findings "
+    "appended to verify/findings.jsonl and shown beside the number.",
+    VERIFY_ARGS,
 )
 _PULL = magic_parser(
     "%pull", "Pull a job's outputs and checkpoints into a verified, immutable run.", PULL_ARGS
@@ -369,6 +376,27 @@ class RgtMagics(Magics):
                 return group.pull(to=args.to)
             job = self._job(args.job)
             return job.pull(to=args.to, on_progress=_ProgressLine())
+        except RgtError as exc:
+            raise _usage(exc) from None
+
+    @line_magic
+    def verify(self, line: str) -> Any:
+        """Check runs for bugs, effects and noise: ``%verify RUN... [--baseline RUN...]
+        [--metric M] [--direction max|min]``; returns a VerifyReport."""
+        args = parse_line(_VERIFY, line)
+        if args is None:
+            return None
+        from .verify.report import verify
+
+        try:
+            return verify(
+                args.runs,
+                args.baseline,
+                metric=args.metric,
+                direction=args.direction,
+                split=args.split,
+                changed=args.changed,
+            )
         except RgtError as exc:
             raise _usage(exc) from None
 

@@ -206,14 +206,16 @@ def test_hostile_listing_is_rejected_before_any_write(
     assert not Path("/etc/x").exists()
 
 
-def test_symlink_in_outputs_rejects_the_listing(project: Path) -> None:
+@pytest.mark.parametrize("target", ["/etc", "/no/such/folder"])
+def test_symlink_in_outputs_rejects_the_listing(project: Path, target: str) -> None:
+    """A link to a folder that exists (listed among folders by a walk) or to nothing."""
     program = (
         "import os, rgt_jupyter.job as job\n"
-        "os.symlink(os.path.expanduser('~/.ssh'), os.path.join(os.environ['RGT_OUT'], 'keys'))\n"
+        f"os.symlink({target!r}, os.path.join(os.environ['RGT_OUT'], 'keys'))\n"
         "job.save_results({'a': 1})\n"
     )
     job = _finished(project, program, "sym")
-    with pytest.raises(PullError, match="symlink"):
+    with pytest.raises(PullError, match="'outputs/keys': a symlink"):
         job.pull()
     assert not (project / "runs").exists()
 

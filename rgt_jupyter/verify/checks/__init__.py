@@ -1,0 +1,28 @@
+"""The VERIFY checks, in the order they run. Each takes a :class:`~..model.Context` and returns
+its findings (a ``pass`` or ``not_checked`` finding too, so what was and was not checked is
+always said)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..model import Context, Finding
+
+Check = Callable[[Context], list[Finding]]
+
+
+def all_checks() -> list[tuple[str, Check]]:
+    """(name, function) of every check, in running order."""
+    from .comparison import metric_direction, one_variable, seed_noise, stale_artifact
+    from .integrity import collapse, leakage, rederive, test_selection
+
+    return [
+        ("metric_direction", metric_direction),
+        ("one_variable", one_variable),
+        ("seed_noise", seed_noise),
+        ("leakage", leakage),
+        ("test_selection", test_selection),
+        ("collapse", collapse),
+        ("rederive", rederive),
+        ("stale_artifact", stale_artifact),
+    ]

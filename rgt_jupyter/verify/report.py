@@ -1,0 +1,215 @@
+"""Run the VERIFY checks over pulled runs: resolve what the user named, run every check, append
+the findings to ``<project>/verify/findings.jsonl`` (never into a run), and show them as a
+:class:`VerifyReport` (rich repr in a notebook, a dict, or ``rgt verify --json``)."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..fsutil import atomic_write_bytes
+from ..project import project_dir
+from .model import Context, Finding, RunData
+
+_ORDER = {"bug": 0, "finding": 1, "inconclusive": 2, "noise": 3, "effect": 4, "not_checked": 5}
+_COLORS = {"bug": "#cf222e", "finding": "#cf222e", "inconclusive": "#9a6700", "noise": "#666"}
+
+
+def resolve_runs(refs: Iterable[str], project: Path) -> list[Path]:
+    """Run folders named by ``refs``: a run folder, a run id, a job id or name (its newest pulled
+    run), or a seed group's name (the newest pulled run of each seed)."""
+    from ..group import JobGroup
+    from ..registry import Registry
+
+    registry = Registry(project)
+    out: list[Path] = []
+    for ref in refs:
+        path = Path(ref).expanduser()
+        if not path.is_absolute():
+            path = project / path
+        if (path / "run.json").is_file():
+            out.append(path)
+            continue
+        candidate = project / "runs" / ref
+        if (candidate / "run.json").is_file():
+            out.append(candidate)
+            continue
+        group = JobGroup.find(ref, project)
+        jobs = [j.id for j in group.jobs] if group is not None else []
+        if not jobs:
+            try:
+                jobs = [registry.get(ref)["id"]]
+            except Exception as exc:  # noqa: BLE001 - said as a usage error below
+                raise UsageError(
+                    f"%verify: {ref!r} is not a run folder, a run id, a job or a seed group of "
+                    f"{project}"
+                ) from exc
+        for job_id in jobs:
+            runs = registry.runs(job_id)
+            if not runs:
+                raise UsageError(f"%verify: job {job_id} has no pulled run: `%pull {ref}` first")
+            out.append(Path(runs[-1]["path"]))
+    return out
+
+
+class VerifyReport:
+    """The findings of one ``%verify``: a rich view, a dict (:meth:`to_dict`), and the path of
+    the findings log they were appended to."""
+
+    def __init__(self, findings: list[Finding], context: Context, log: Path | None) -> None:
+        self.findings = findings
+        self.context = context
+        self.log = log
+
+    @property
+    def problems(self) -> list[Finding]:
+        """Bugs and integrity findings."""
+        return [f for f in self.findings if f.is_problem]
+
+    def by_check(self, check: str) -> list[Finding]:
+        """The findings of one check."""
+        return [f for f in self.findings if f.check == check]
+
+    def verdict(self, check: str) -> str | None:
+        """The most serious verdict one check gave (None when it did not run)."""
+        found = sorted((f.verdict for f in self.by_check(check)), key=lambda v: _ORDER.get(v, 9))
+        return found[0] if found else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"findings": [...], "runs", "baselines", "metric", "direction", "split", "log"}``."""
+        ctx = self.context
+        return {
+            "findings": [f.record() for f in self.findings],
+            "runs": [r.run_id for r in ctx.runs],
+            "baselines": [r.run_id for r in ctx.baselines],
+            "metric": ctx.metric,
+            "direction": ctx.direction,
+            "split": ctx.split,
+            "log": str(self.log) if self.log else None,
+        }
+
+    def _rows(self) -> list[tuple[str, str, str, int]]:
+        """(verdict, check, disclosure, how many runs said it), most serious first; the same
+        finding about several runs is one row."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for f in self.findings:
+            key = (f.verdict, f.check, f.disclosure)
+            counts[key] = counts.get(key, 0) + 1
+        rows = [(v, c, d, n) for (v, c, d), n in counts.items()]
+        return sorted(rows, key=lambda r: _ORDER.get(r[0], 9))
+
+    def text(self) -> str:
+        """The report as plain text, most serious first."""
+        from .checks.comparison import resolve_metric
+
+        ctx = self.context
+        name, direction, split = resolve_metric(ctx)
+        head = (
+            f"%verify {', '.join(r.run_id for r in ctx.runs)}"
+            + (f" vs {', '.join(r.run_id for r in ctx.baselines)}" if ctx.baselines else "")
+            + f": metric {name or '?'} ({direction or 'direction unknown'}) on {split}"
+        )
+        lines = [head]
+        for verdict, check, disclosure, n in self._rows():
+            times = f" (x{n})" if n > 1 else ""
+            lines.append(f"  [{verdict}] {check}: {disclosure}{times}")
+        if self.log:
+            lines.append(f"  findings appended to {self.log}")
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        rows = []
+        for verdict, check, disclosure, n in self._rows():
+            color = _COLORS.get(verdict, "#1a7f37")
+            times = f" (x{n})" if n > 1 else ""
+            rows.append(
+                f"<tr><td style='color:{color};font-weight:bold'>{html.escape(verdict)}</td>"
+                f"<td>{html.escape(check)}</td><td style='text-align:left'>"
+                f"{html.escape(disclosure + times)}</td></tr>"
+            )
+        head = html.escape(self.text().splitlines()[0])
+        table = (
+            f"<div class='rgt-verify'><b>{head}</b><table>"
+            "<tr><th>verdict</th><th>check</th><th>what it means</th></tr>"
+            + "".join(rows)
+            + "</table></div>"
+        )
+        return {"text/plain": self.text(), "text/html": table, "application/json": self.to_dict()}
+
+    def __repr__(self) -> str:
+        return f"<VerifyReport {len(self.findings)} findings, {len(self.problems)} problems>"
+
+
+def append_findings(findings: list[Finding], project: Path) -> Path:
+    """Append ``findings`` to ``<project>/verify/findings.jsonl`` (the log only grows; each
+    append is one durable write of whole lines)."""
+    path = project / "verify" / "findings.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(json.dumps(f.record(), sort_keys=True, default=str) + "\n" for f in findings)
+    if not path.exists():
+        atomic_write_bytes(path, b"")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, data.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
+
+
+def verify(
+    runs: Iterable[str | os.PathLike[str]],
+    baselines: Iterable[str | os.PathLike[str]] = (),
+    metric: str | None = None,
+    direction: str | None = None,
+    split: str | None = None,
+    changed: Iterable[str] = (),
+    project: str | os.PathLike[str] | None = None,
+    record: bool = True,
+) -> VerifyReport:
+    """Run every check on ``runs`` (and ``baselines``); see the module docstring."""
+    from .checks import all_checks
+
+    proj = project_dir(project)
+    arms = [
+        resolve_runs([str(r) for r in runs], proj),
+        resolve_runs([str(b) for b in baselines], proj),
+    ]
+    if not arms[0]:
+        raise UsageError("%verify: name at least one run (a run id, a job, or a seed group)")
+    if direction is not None and direction not in ("max", "min"):
+        raise UsageError(f"%verify: --direction is max or min, not {direction!r}")
+    ctx = Context(
+        runs=[RunData(p) for p in arms[0]],
+        baselines=[RunData(p) for p in arms[1]],
+        metric=metric,
+        direction=direction,
+        changed=list(changed),
+    )
+    declared = next((r.metric for r in ctx.everything if r.metric), None) or {}
+    ctx.metric = ctx.metric or declared.get("name")
+    ctx.split = split or declared.get("split") or "test"
+    findings: list[Finding] = []
+    for name, check in all_checks():
+        try:
+            findings += check(ctx)
+        except Exception as exc:  # noqa: BLE001 - one broken check is itself disclosed
+            findings.append(
+                Finding(
+                    check=name,
+                    verdict="not_checked",
+                    disclosure=f"the check could not run: {type(exc).__name__}: {exc}",
+                    run_ids=[r.run_id for r in ctx.everything],
+                )
+            )
+    stamp = time.time()
+    for f in findings:
+        f.created = stamp
+    log = append_findings(findings, proj) if record else None
+    return VerifyReport(findings, ctx, log)
