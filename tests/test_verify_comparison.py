@@ -10,13 +10,11 @@ from typing import Any
 
 import pytest
 
-from rgt_jupyter.verify.checks.comparison import (
-    metric_direction,
-    one_variable,
-    resolve_metric,
-    seed_noise,
-    stale_artifact,
-)
+from rgt_jupyter.verify.checks.common import resolve_metric
+from rgt_jupyter.verify.checks.direction import metric_direction
+from rgt_jupyter.verify.checks.one_variable import one_variable
+from rgt_jupyter.verify.checks.seed_noise import seed_noise
+from rgt_jupyter.verify.checks.stale import stale_artifact
 from rgt_jupyter.verify.model import Context, Finding, RunData
 from tests.verify_fixtures import make_run
 

@@ -11,7 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rgt_jupyter.verify.checks.integrity import collapse, leakage, rederive, test_selection
+from rgt_jupyter.verify.checks.collapse import collapse
+from rgt_jupyter.verify.checks.leakage import leakage
+from rgt_jupyter.verify.checks.rederive import rederive
+from rgt_jupyter.verify.checks.selection import test_selection
 from rgt_jupyter.verify.model import Context, Finding, RunData
 
 from .verify_fixtures import make_run

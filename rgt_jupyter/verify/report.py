@@ -106,7 +106,7 @@ class VerifyReport:
 
     def text(self) -> str:
         """The report as plain text, most serious first."""
-        from .checks.comparison import resolve_metric
+        from .checks.common import resolve_metric
 
         ctx = self.context
         name, direction, split = resolve_metric(ctx)

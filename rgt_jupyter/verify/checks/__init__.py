@@ -13,8 +13,14 @@ Check = Callable[[Context], list[Finding]]
 
 def all_checks() -> list[tuple[str, Check]]:
     """(name, function) of every check, in running order."""
-    from .comparison import metric_direction, one_variable, seed_noise, stale_artifact
-    from .integrity import collapse, leakage, rederive, test_selection
+    from .collapse import collapse
+    from .direction import metric_direction
+    from .leakage import leakage
+    from .one_variable import one_variable
+    from .rederive import rederive
+    from .seed_noise import seed_noise
+    from .selection import test_selection
+    from .stale import stale_artifact
 
     return [
         ("metric_direction", metric_direction),
