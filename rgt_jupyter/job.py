@@ -241,6 +241,23 @@ def declare_changed(keys: List[str]) -> str:
     return path
 
 
+def declare_checkpoint(path: str, step: int) -> str:
+    """Declare which checkpoint produced the reported numbers (its path, sha256 and step), so
+    %verify can tell whether those weights belong to this run."""
+    full = os.path.abspath(path)
+    for prefix, root in (("checkpoints", ckpt_dir()), ("outputs", out_dir())):
+        root = os.path.abspath(root)
+        if full.startswith(root + os.sep):
+            rel = prefix + "/" + os.path.relpath(full, root).replace(os.sep, "/")
+            break
+    else:
+        raise ValueError("%s is neither under $RGT_CKPT_DIR nor under $RGT_OUT" % path)
+    record = {"path": rel, "sha256": _sha256_file(full), "step": int(step)}
+    target = os.path.join(out_dir(), "verify", "checkpoint.json")
+    _write_json_atomic(target, record)
+    return target
+
+
 def save_split(name: str, ids: Any, hashes: Any = None) -> str:
     """Record a split's membership: ``splits/<name>.ids`` (one id per line) and, given
     ``hashes`` (a dict id → sha256 of the item's bytes, or a list in the order of ``ids``),

@@ -90,6 +90,11 @@ def test_job_helpers_write_what_the_checks_read(
     job.save_shuffle_score("accuracy", 0.9, 0.5, n=10)
     job.save_config({"model": {"hidden": 8}})
     job.save_results({"test": {"accuracy": 1.0}})
+    monkeypatch.setenv("RGT_CKPT_DIR", str(tmp_path / "ckpt"))
+    ckpt = Path(job.save_checkpoint({"w": [1, 2]}, step=7))
+    job.declare_checkpoint(str(ckpt), step=7)
+    with pytest.raises(ValueError, match="neither under"):
+        job.declare_checkpoint("/etc/hostname", step=1)
     with pytest.raises(ValueError, match="direction"):
         job.declare_metric("accuracy", "up")
     with pytest.raises(ValueError, match="differ in length"):
@@ -113,6 +118,11 @@ def test_job_helpers_write_what_the_checks_read(
     assert run.outputs("test") == {"ids": ["c"], "vectors": [[0.1, 0.2]]}
     assert run.shuffle == {"metric": "accuracy", "real": 0.9, "shuffled": 0.5, "n": 10}
     assert run.metric_value("accuracy", "test") == 1.0
+    assert run.json("verify/checkpoint.json") == {
+        "path": f"checkpoints/{ckpt.name}",
+        "sha256": hashlib.sha256(ckpt.read_bytes()).hexdigest(),
+        "step": 7,
+    }
     # Every file read is an input of the findings, with its sha256.
     paths = {Path(i["path"]).name for i in run.inputs()}
     assert {"metric.json", "train.ids", "test.jsonl", "evals.jsonl"} <= paths
@@ -196,3 +206,15 @@ def test_magic_returns_a_report_with_a_rich_view(ip: Any, project: Path) -> None
     assert "rgt-verify" in bundle["text/html"] and "single seed" in bundle["text/plain"]
     result, text = run_cell(ip, "%verify no-such-run")
     assert "is not a run folder, a run id, a job or a seed group" in text
+
+
+def test_a_declared_checkpoint_from_another_run_is_stale(project: Path) -> None:
+    runs = project / "runs"
+    base = _arm(runs, "base", 8, [0.80, 0.85])
+    theirs = hashlib.sha256(b"base0").hexdigest()  # base-s0's checkpoint bytes
+    claim = json.dumps({"path": "checkpoints/ckpt-base-0.pt", "sha256": theirs, "step": 2})
+    variant = _arm(runs, "wide", 64, [0.9, 0.95])
+    (variant[0] / "outputs" / "verify" / "checkpoint.json").write_text(claim)
+    report = verify([str(p) for p in variant], [str(p) for p in base], project=project)
+    assert report.verdict("stale_artifact") == "bug", report.text()
+    assert any("wide-s0" in f.run_ids for f in report.by_check("stale_artifact") if f.is_problem)

@@ -135,7 +135,8 @@ def _checkpoint_files(run: RunData) -> dict[str, str]:
 
 
 def _declared_checkpoint(run: RunData) -> dict[str, Any] | None:
-    for value in (run.results.get("checkpoint"), (run.metric or {}).get("checkpoint")):
+    declared = run.json("verify/checkpoint.json")
+    for value in (declared, run.results.get("checkpoint"), (run.metric or {}).get("checkpoint")):
         if isinstance(value, dict):
             return value
         if isinstance(value, str):
