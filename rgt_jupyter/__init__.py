@@ -10,10 +10,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Job", "Run", "__version__", "load_ipython_extension"]
+__all__ = [
+    "Job",
+    "Run",
+    "__version__",
+    "figure",
+    "load_ipython_extension",
+    "md",
+    "num",
+    "results",
+]
 
 if TYPE_CHECKING:
     from .api import Job, Run
+    from .deliver.figures import figure
+    from .deliver.numbers import md, num, results
 
 
 def __getattr__(name: str) -> Any:
@@ -21,6 +32,14 @@ def __getattr__(name: str) -> Any:
         from . import api
 
         return getattr(api, name)
+    if name in ("num", "md", "results"):
+        from .deliver import numbers
+
+        return getattr(numbers, name)
+    if name == "figure":
+        from .deliver.figures import figure
+
+        return figure
     raise AttributeError(f"module 'rgt_jupyter' has no attribute {name!r}")
 
 

@@ -78,6 +78,15 @@ _VERIFY = magic_parser(
     "appended to verify/findings.jsonl and shown beside the number.",
     VERIFY_ARGS,
 )
+_DELIVER = magic_parser(
+    "%deliver",
+    "Audit what this notebook delivers: typed numbers, figure provenance and pixel gate, "
+    "EVIDENCE.json in step, documents reconciled, and the disclosure of every shipped number.",
+    [
+        (("--notebook",), {"default": None, "help": "the notebook (default: this one, saved)"}),
+        (("--docs",), {"nargs": "*", "default": None, "help": "documents to reconcile"}),
+    ],
+)
 _PULL = magic_parser(
     "%pull", "Pull a job's outputs and checkpoints into a verified, immutable run.", PULL_ARGS
 )
@@ -171,6 +180,11 @@ class RgtMagics(Magics):
         if not cell.strip():
             raise IPyUsageError(
                 "%%remote_run: the cell is empty; write the job's program below the magic line"
+            )
+        if os.environ.get("RGT_REPRO"):
+            raise IPyUsageError(
+                "%%remote_run: `rgt repro` rebuilds from the pulled runs and launches nothing; "
+                "keep launching cells out of the notebook that is delivered"
             )
         try:
             inputs: dict[str, Any] = {}
@@ -397,6 +411,26 @@ class RgtMagics(Magics):
                 split=args.split,
                 changed=args.changed,
             )
+        except RgtError as exc:
+            raise _usage(exc) from None
+
+    @line_magic
+    def deliver(self, line: str) -> Any:
+        """Audit this notebook's delivery (typed numbers, figures, evidence, disclosures):
+        ``%deliver [--notebook PATH] [--docs FILE...]``; returns a DeliveryReport."""
+        args = parse_line(_DELIVER, line)
+        if args is None:
+            return None
+        from .deliver.report import deliver
+
+        notebook = args.notebook or notebook_path(self.shell)
+        if notebook is None:
+            raise IPyUsageError(
+                "%deliver: this kernel does not know its notebook; name it: %deliver --notebook "
+                "PATH (save the notebook first: the saved file is what is audited)"
+            )
+        try:
+            return deliver(notebook, docs=args.docs)
         except RgtError as exc:
             raise _usage(exc) from None
 

@@ -82,3 +82,21 @@ def test_watch_bench_reports_each_figure(tmp_path: Path) -> None:
     assert report["iopub_msgs_per_s"] > 0  # the views were updated while the jobs ran
     for setup in ("ssh", "kernel"):
         assert report[setup]["job_states_at_end"] == ["finished"], setup
+
+
+def test_check_numbers_bench_times_a_generated_notebook(tmp_path: Path) -> None:
+    out = tmp_path / "check_numbers.json"
+    _bench("check_numbers.py", "--cells", "100", "--numbers", "1000", "--out", str(out))
+    report = json.loads(out.read_text())
+    assert report["cells"] == 100 and report["numbers"] >= 1000
+    assert report["items_found"] == report["numbers"]
+    summary = report["summary"]
+    counted = sum(summary[s] for s in ("typed", "generated", "ignored", "ambiguous"))
+    assert counted == summary["total"]
+    assert summary["typed"] > 0 and summary["generated"] > 0 and summary["ignored"] > 0
+    assert summary["matched"] > 0 and summary["stale"] == 0
+    assert len(report["all_seconds"]) == 3 and report["seconds"] == min(report["all_seconds"])
+    assert report["numbers_per_second"] > 0
+    assert report["goal_seconds"] == 2.0
+    assert report["meets_goal"] == (report["seconds"] <= 2.0)
+    assert report["machine"]["python"]

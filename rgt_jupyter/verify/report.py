@@ -54,7 +54,11 @@ def resolve_runs(refs: Iterable[str], project: Path) -> list[Path]:
             runs = registry.runs(job_id)
             if not runs:
                 raise UsageError(f"%verify: job {job_id} has no pulled run: `%pull {ref}` first")
-            out.append(Path(runs[-1]["path"]))
+            recorded = Path(runs[-1]["path"])
+            # The project's own copy first: a project moved or copied (rgt repro's clean copy)
+            # reads its runs/, not the folder the registry recorded.
+            local = project / "runs" / recorded.name
+            out.append(local if (local / "run.json").is_file() else recorded)
     return out
 
 
