@@ -1,4 +1,5 @@
-"""DELIVER end to end, on real runs: ``example_notebooks/verify.ipynb`` makes nine runs,
+"""DELIVER end to end, on real runs: ``example_notebooks/quickstart.ipynb`` and
+``example_notebooks/verify.ipynb`` make ten runs,
 ``example_notebooks/paper_figures.ipynb`` turns them into a table, a figure and a paragraph of
 generated numbers; ``rgt deliver --strict`` passes, every figure sidecar walks back to the exact
 results.json bytes, and after a results.json changes, ``rgt repro`` reports exactly the outputs
@@ -12,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,8 +34,9 @@ def _rgt(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.timeout(1200)
 def test_paper_figures_deliver_strict_and_repro_names_what_changed(project: Path) -> None:
-    for name in ("verify.ipynb", "paper_figures.ipynb"):
+    for name in ("quickstart.ipynb", "verify.ipynb", "paper_figures.ipynb"):
         shutil.copyfile(NOTEBOOKS / name, project / name)
+    execute(project / "quickstart.ipynb", project, launch=True)
     execute(project / "verify.ipynb", project, launch=True)
     paper = project / "paper_figures.ipynb"
     execute(paper, project)
@@ -95,3 +98,29 @@ def test_paper_figures_deliver_strict_and_repro_names_what_changed(project: Path
     texts = {n["where"]: n["text"] for n in manifest["numbers"]}
     assert set(numbers) <= set(texts)
     assert {texts[w] for w in numbers} == {"0.500", "50.0%", "0.5"}
+
+
+def test_deliver_magic_discloses_a_typed_number(ip: Any, project: Path) -> None:
+    import nbformat
+    from nbformat.v4 import new_markdown_cell, new_notebook
+
+    from rgt_jupyter.deliver.report import DeliveryReport
+
+    from .conftest import run_cell
+    from .verify_fixtures import make_run
+
+    make_run(project / "runs", "r1", results={"test": {"accuracy": 0.8731}})
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("Accuracy is {{rgt:r1:test.accuracy|.1%}}.", id="gen"),
+            new_markdown_cell("We reach 87.3% accuracy.", id="typed"),
+        ]
+    )
+    nbformat.write(nb, str(project / "nb.ipynb"))
+    result, text = run_cell(ip, "%deliver --notebook nb.ipynb")
+    assert result.error_in_exec is None, text
+    report = result.result
+    assert isinstance(report, DeliveryReport) and not report.clean
+    assert [(t["cell_id"], t["text"]) for t in report.typed] == [("typed", "87.3%")]
+    assert "{{rgt:r1:test.accuracy|.1%}}" in report.text()
+    assert (project / "delivery" / "nb.manifest.json").is_file()
