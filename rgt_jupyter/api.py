@@ -120,14 +120,10 @@ class Job:
 
     def progress_records(self) -> list[dict[str, Any]]:
         """Every ``job.progress(...)`` record so far (for curves)."""
+        from .fsutil import jsonl_records
+
         text = self.transport.read_text(f"{self.spec['control_dir']}/progress.jsonl") or ""
-        records = []
-        for line in text.splitlines():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue
-        return records
+        return jsonl_records(text)
 
     def traceback(self) -> list[str] | None:
         """The job's Python traceback (in the cell's line numbers), if it raised."""

@@ -226,17 +226,9 @@ def _cmd_pull(args: argparse.Namespace, project: Path) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace, project: Path) -> int:
-    from .verify.report import verify
+    from .verify.report import verify_args
 
-    report = verify(
-        args.runs,
-        args.baseline,
-        metric=args.metric,
-        direction=args.direction,
-        split=args.split,
-        changed=args.changed,
-        project=project,
-    )
+    report = verify_args(args, project)
     print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else report.text())
     return 1 if args.strict and report.problems else 0
 

@@ -3,9 +3,11 @@ the dir) and flushing a long write as it goes (:class:`SyncBehind`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -76,3 +78,17 @@ class SyncBehind:
         self._thread.join()
         if self._error is not None:
             raise self._error
+
+
+def jsonl_records(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines text, in order; lines that are not whole objects (a
+    line still being written, a stray value) are skipped."""
+    out = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out

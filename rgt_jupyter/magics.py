@@ -400,17 +400,10 @@ class RgtMagics(Magics):
         args = parse_line(_VERIFY, line)
         if args is None:
             return None
-        from .verify.report import verify
+        from .verify.report import verify_args
 
         try:
-            return verify(
-                args.runs,
-                args.baseline,
-                metric=args.metric,
-                direction=args.direction,
-                split=args.split,
-                changed=args.changed,
-            )
+            return verify_args(args)
         except RgtError as exc:
             raise _usage(exc) from None
 

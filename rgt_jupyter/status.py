@@ -175,16 +175,11 @@ def progress_records(
     held = getattr(transport, "records", {}).get(control)
     if held is not None:
         return list(held[-32:])
-    data = transport.tail(f"{control}/progress.jsonl", nbytes)
-    out = []
-    for line in data.decode("utf-8", errors="replace").splitlines():
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            out.append(value)
-    return out
+    from .fsutil import jsonl_records
+
+    return jsonl_records(
+        transport.tail(f"{control}/progress.jsonl", nbytes).decode("utf-8", errors="replace")
+    )
 
 
 def median_step_interval(records: list[dict[str, Any]]) -> float | None:

@@ -37,7 +37,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -87,16 +87,8 @@ class Drift:
         return f"{head}\n  context: {self.context}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "doc": self.doc,
-            "line": self.line,
-            "metric": self.metric,
-            "reported": self.reported,
-            "authoritative": self.authoritative,
-            "claim_id": self.claim_id,
-            "context": self.context,
-            "kind": self.kind,
-        }
+        """The fields, for JSON."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -116,17 +108,8 @@ class Checked:
     transform: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "doc": self.doc,
-            "line": self.line,
-            "metric": self.metric,
-            "reported": self.reported,
-            "authoritative": self.authoritative,
-            "claim_id": self.claim_id,
-            "status": self.status,
-            "kind": self.kind,
-            "transform": self.transform,
-        }
+        """The fields, for JSON."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -139,7 +122,8 @@ class Ignored:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"doc": self.doc, "line": self.line, "text": self.text, "reason": self.reason}
+        """The fields, for JSON."""
+        return asdict(self)
 
 
 @dataclass

@@ -131,18 +131,10 @@ class RunData:
 
     def jsonl(self, rel: str) -> list[dict[str, Any]] | None:
         """A JSON-lines file of the run (lines that are not objects are skipped), or None."""
+        from ..fsutil import jsonl_records
+
         path = self.file(rel)
-        if path is None:
-            return None
-        out = []
-        for line in path.read_text().splitlines():
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                out.append(value)
-        return out
+        return None if path is None else jsonl_records(path.read_text())
 
     def inputs(self, *rels: str) -> list[dict[str, str]]:
         """``[{path, sha256}]`` of the named files (every file read so far when none named),

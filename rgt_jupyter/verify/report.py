@@ -217,3 +217,16 @@ def verify(
         f.created = stamp
     log = append_findings(findings, proj) if record else None
     return VerifyReport(findings, ctx, log)
+
+
+def verify_args(args: Any, project: str | os.PathLike[str] | None = None) -> VerifyReport:
+    """:func:`verify` from the parsed ``%verify`` / ``rgt verify`` arguments."""
+    return verify(
+        args.runs,
+        args.baseline,
+        metric=args.metric,
+        direction=args.direction,
+        split=args.split,
+        changed=args.changed,
+        project=project,
+    )
