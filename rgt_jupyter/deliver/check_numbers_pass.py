@@ -1,0 +1,231 @@
+"""The static pass of ``rgt check-numbers``: each number of each cell found and classified."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from .check_numbers_index import Leaf, ResultsIndex, _fmt_for
+from .check_numbers_outputs import _output_text, _record_for, _records, _text
+from .check_numbers_report import NumberItem
+from .numtokens import METRIC_WORDS, CodeScanner, TextScanner, Token, metric_named, source_numbers
+
+_PLACEHOLDER = re.compile(r"\{\{\s*rgt:([^{}|]*?)\s*(?:\|\s*([^{}]*?)\s*)?\}\}")
+
+
+class _Checker:
+    def __init__(self, notebook: Path, project: Path | None, index: ResultsIndex) -> None:
+        self.notebook = notebook
+        self.project = project
+        self.index = index
+        self.text = TextScanner(METRIC_WORDS | index.key_words)
+        self.code = CodeScanner()
+        self.items: list[NumberItem] = []
+        self.warnings: list[str] = []
+        self._sha_cache: dict[Path, str | None] = {}
+
+    def cell(self, index: int, cell: dict[str, Any]) -> None:
+        cell_type = str(cell.get("cell_type", ""))
+        cell_id = str(cell.get("id") or f"cell-{index}")
+        meta = cell.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        tags = meta.get("tags")
+        pragma = isinstance(tags, list) and "rgt:ignore-numbers" in tags
+        source = _text(cell.get("source", ""))
+        base = (index, cell_id, cell_type)
+        if cell_type in ("markdown", "raw"):
+            records = _records(meta)
+            for tok in self.text.markdown(source):
+                self._text_item(base, "markdown", tok, pragma, records, None, None, None)
+            return
+        if cell_type != "code":
+            return
+        toks, error = self.code.scan(source)
+        if error:
+            self.warnings.append(f"cell {index} ({cell_id}): {error}")
+        for tok in toks:
+            self._code_item(base, tok, pragma)
+        echoes: frozenset[str] | None = None
+        for k, output in enumerate(cell.get("outputs") or []):
+            picked = _output_text(output)
+            if picked is None:
+                continue
+            mime, text, records = picked
+            if not text or not any(ch.isdigit() for ch in text):
+                continue
+            if mime == "text/markdown":
+                toks = self.text.markdown(text)
+            elif mime == "text/html":
+                toks = self.text.html(text)
+            else:
+                toks = self.text.output_text(text)
+            if records is None and echoes is None:
+                echoes = source_numbers(source)
+            for tok in toks:
+                self._text_item(base, "output", tok, pragma, records, k, mime, echoes)
+
+    def _item(
+        self, base: tuple[int, str, str], where: str, tok: Token, status: str, reason: str | None
+    ) -> NumberItem:
+        item = NumberItem(
+            cell_index=base[0],
+            cell_id=base[1],
+            cell_type=base[2],
+            where=where,
+            line=tok.line,
+            col=tok.col,
+            text=tok.text,
+            value=tok.value,
+            decimals=tok.decimals,
+            status=status,
+            reason=reason,
+            role=tok.role,
+            context=f"[{tok.header}] {tok.context}" if tok.header else tok.context,
+        )
+        self.items.append(item)
+        return item
+
+    def _text_item(
+        self,
+        base: tuple[int, str, str],
+        where: str,
+        tok: Token,
+        pragma: bool,
+        records: dict[str, dict[str, Any]] | None,
+        output_index: int | None,
+        mime: str | None,
+        echoes: frozenset[str] | None,
+    ) -> None:
+        if tok.kind == "placeholder":
+            item = self._item(base, where, tok, "generated", "placeholder")
+            pm = _PLACEHOLDER.fullmatch(tok.text)
+            if pm:
+                item.match = {"ref": pm.group(1), "fmt": pm.group(2)}
+        elif pragma:
+            item = self._item(base, where, tok, "ignored", "pragma: rgt:ignore-numbers")
+        elif tok.reason is not None:
+            item = self._item(base, where, tok, "ignored", tok.reason)
+        else:
+            record = _record_for(tok, records) if records else None
+            if record is not None:
+                holder = "output" if where == "output" else "cell"
+                item = self._item(
+                    base, where, tok, "generated", f"recorded in the {holder} metadata"
+                )
+                self._generated(item, record)
+            else:
+                item = self._judge(base, where, tok, tagged=records is not None, echoes=echoes)
+        item.output_index = output_index
+        item.mime = mime
+
+    def _judge(
+        self,
+        base: tuple[int, str, str],
+        where: str,
+        tok: Token,
+        *,
+        tagged: bool,
+        echoes: frozenset[str] | None,
+    ) -> NumberItem:
+        found = self.index.lookup(tok, tok.anchored)
+        value = abs(tok.value or 0.0)
+        if tok.sig < 2:
+            status, reason = "ambiguous", "fewer than 2 significant digits"
+        elif tok.year_like and found is None:
+            status, reason = "ambiguous", "year-like number near a metric word"
+        elif not tok.anchored and value <= 10 and not (found and tok.sig >= 3):
+            status, reason = "ambiguous", "unanchored number between 0 and 10"
+        elif where == "output" and not tagged:
+            words = tok.text.lstrip("+-± ").split()
+            body = words[0].rstrip("%‰×xkKMBG") if words else ""
+            if echoes is not None and body in echoes:
+                status, reason = "typed", "the output repeats a number typed in the cell source"
+            else:
+                status, reason = "ambiguous", "untagged output (generated or typed: run-time check)"
+        elif where == "output":
+            status, reason = "typed", "not among the output's recorded generated values"
+        else:
+            status, reason = "typed", None
+        item = self._item(base, where, tok, status, reason)
+        if found is not None:
+            self._matched(item, tok, *found)
+        return item
+
+    def _matched(self, item: NumberItem, tok: Token, leaf: Leaf, scale: int, count: int) -> None:
+        item.match = {
+            "run_id": leaf.run_id,
+            "file": leaf.file,
+            "sha256": leaf.sha256,
+            "key_path": leaf.key,
+            "raw": leaf.raw,
+            "scale": scale,
+            "transform": f"x{scale}" if scale != 1 else None,
+            "ambiguous": count > 1,
+            "candidates": count,
+        }
+        if item.status != "typed":
+            return
+        if item.where == "code_source":
+            item.suggestion = f'read "{leaf.run_id}:{leaf.key}" from results.json, not a literal'
+            return
+        shown = _fmt_for(tok, leaf, scale)
+        if shown is not None:
+            fmt, after = shown
+            item.suggestion = f"use {{{{rgt:{leaf.run_id}:{leaf.key}|{fmt}}}}}{after}"
+
+    def _code_item(self, base: tuple[int, str, str], tok: Token, pragma: bool) -> None:
+        where = "code_source"
+        if pragma:
+            self._item(base, where, tok, "ignored", "pragma: rgt:ignore-numbers")
+            return
+        if tok.reason is not None:
+            self._item(base, where, tok, "ignored", tok.reason)
+            return
+        named = bool(tok.name) and metric_named(tok.name, self.index.leaf_names)
+        found = self.index.lookup(tok, named)
+        if named and tok.sig >= 2:
+            item = self._item(base, where, tok, "typed", f"metric value hardcoded ({tok.name})")
+        elif found is not None and tok.sig >= 3:
+            item = self._item(base, where, tok, "typed", "literal equal to a results.json value")
+        else:
+            item = self._item(base, where, tok, "ambiguous", "code literal")
+        if found is not None:
+            self._matched(item, tok, *found)
+
+    def _generated(self, item: NumberItem, record: dict[str, Any]) -> None:
+        item.match = {
+            "ref": record.get("ref"),
+            "run_id": record.get("run_id"),
+            "file": record.get("results_json"),
+            "sha256": record.get("sha256"),
+            "key_path": record.get("key"),
+            "raw": record.get("value"),
+            "fmt": record.get("fmt"),
+            "claim_id": record.get("claim_id"),
+        }
+        recorded = record.get("sha256")
+        path = record.get("results_json")
+        if not recorded or not path:
+            return
+        current = self._current_sha(str(path))
+        if current is not None and current != recorded:
+            item.stale = True
+            item.reason = f"stale: {path} changed since this output was generated"
+
+    def _current_sha(self, name: str) -> str | None:
+        path = Path(name)
+        candidates = [path] if path.is_absolute() else []
+        if not path.is_absolute():
+            if self.project is not None:
+                candidates.append(self.project / path)
+            candidates.append(self.notebook.parent / path)
+        for candidate in candidates:
+            if candidate in self._sha_cache:
+                return self._sha_cache[candidate]
+            if candidate.is_file():
+                sha = hashlib.sha256(candidate.read_bytes()).hexdigest()
+                self._sha_cache[candidate] = sha
+                return sha
+        return None

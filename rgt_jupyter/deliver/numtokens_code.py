@@ -1,0 +1,270 @@
+"""Numeric literals of a code cell, read with :mod:`ast` (after IPython's input transformer when
+the cell is not plain Python), each with the call, keyword and assignment target it feeds; safe
+and configuration literals carry their reason."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .numtext import decimals_of
+from .numtokens_base import _TOKEN, METRIC_WORDS, Token, sig_digits
+
+# Names in code whose literal is a metric value (``psnr = 31.42``, ``{"acc": 0.9}``).
+_METRIC_NAME_WORDS = METRIC_WORDS - {"test", "val", "validation", "dev", "holdout", "params"}
+
+_LAYOUT_NAMES = frozenset(
+    """figsize dpi fontsize labelsize titlesize size alpha lw linewidth linewidths ls rotation
+    markersize ms s pad labelpad bins ncol ncols nrows zorder width height capsize elinewidth
+    markeredgewidth mew bbox_to_anchor loc wspace hspace aspect framealpha handlelength
+    columnspacing indent axis dim dims decimals ndigits precision maxsplit timeout max_workers
+    fontweight markevery ticks xticks yticks""".split()
+)
+_CONFIG_NAMES = frozenset(
+    """lr learning_rate epochs num_epochs n_epochs max_epochs steps max_steps num_steps n_steps
+    total_steps warmup warmup_steps warmup_ratio batch_size bs seed random_state random_seed
+    weight_decay wd momentum dropout drop_rate num_workers workers hidden hidden_size
+    hidden_dim embed_dim d_model layers num_layers n_layers depth heads num_heads n_heads
+    patience gamma beta beta1 beta2 betas eps epsilon temperature max_len max_length seq_len
+    image_size img_size crop_size resolution n_estimators max_depth k n_splits folds grad_clip
+    clip max_norm accumulation_steps grad_accum log_every eval_every save_every print_every
+    label_smoothing num_samples n_samples""".split()
+)
+_CONFIG_PARTS = frozenset(
+    """lr epochs epoch steps step batch seed decay momentum dropout workers warmup layers heads
+    hidden patience iters iterations iter""".split()
+)
+_RANGE_CALLS = frozenset({"range", "enumerate", "islice", "arange", "linspace", "logspace"})
+_SEED_CALLS = frozenset(
+    {"seed", "manual_seed", "manual_seed_all", "set_seed", "seed_everything", "default_rng"}
+)
+_LAYOUT_CALLS = frozenset(
+    """figure subplots subplot add_subplot set_size_inches tight_layout subplots_adjust legend
+    text annotate reshape view permute transpose unsqueeze squeeze flatten zeros ones full empty
+    randn rand randint head tail sleep zip set_printoptions set_option option_context
+    set_figwidth set_figheight GridSpec add_gridspec""".split()
+)
+
+_CODE_PRAGMA = re.compile(r"#\s*rgt:\s*literal\b")
+_MAGIC_STRIP = re.compile(r"%%(?:time|timeit|capture|prun)\b[^\n]*\n")
+
+
+@dataclass(slots=True)
+class _Ctx:
+    call: str = ""
+    arg: int = -1
+    kw: str = ""
+    key: str = ""
+    target: str = ""
+    index: bool = False
+
+
+def _name_of(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript):
+        sl = node.slice
+        if isinstance(sl, ast.Constant) and isinstance(sl.value, str):
+            return sl.value
+        return _name_of(node.value)
+    if isinstance(node, ast.Call):
+        return _name_of(node.func)
+    return ""
+
+
+def _name_reason(name: str) -> str | None:
+    low = name.lower().rsplit(".", 1)[-1]
+    if low in _LAYOUT_NAMES:
+        return f"safe code literal: {name}"
+    if low in _CONFIG_NAMES or any(p in _CONFIG_PARTS for p in re.split(r"[^a-z0-9]+", low)):
+        return f"configuration literal: {name}"
+    return None
+
+
+def metric_named(name: str, leaf_names: frozenset[str] = frozenset()) -> bool:
+    """Whether a keyword, dict key or variable name names a metric (``test_psnr``, ``acc``)."""
+    low = name.lower()
+    if low in leaf_names:
+        return True
+    return any(p in _METRIC_NAME_WORDS for p in re.split(r"[^a-z0-9]+", low) if p)
+
+
+class CodeScanner:
+    """Numeric literals of a code cell, with the call, keyword and target they feed."""
+
+    def __init__(self) -> None:
+        self._transformer: Any = None
+
+    def scan(self, source: str) -> tuple[list[Token], str | None]:
+        """The literals (safe ones carry a reason), and an error when the cell cannot be parsed."""
+        offset = 0
+        code = source
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError):
+            m = _MAGIC_STRIP.match(source)
+            if m:
+                offset = source.count("\n", 0, m.end())
+                source = source[m.end() :]
+            try:
+                code = self._transform(source)
+                tree = ast.parse(code)
+            except (SyntaxError, ValueError) as exc:
+                return (
+                    [],
+                    f"not parsed as Python: {exc.msg if isinstance(exc, SyntaxError) else exc}",
+                )
+        lines = code.split("\n")
+        pragma = {
+            i + 1 for i, line in enumerate(lines) if "rgt" in line and _CODE_PRAGMA.search(line)
+        }
+        out: list[Token] = []
+        self._walk(tree, _Ctx(), lines, out)
+        for tok in out:
+            if tok.line in pragma and tok.reason is None:
+                tok.reason = "pragma: rgt: literal"
+            tok.line += offset
+        return out, None
+
+    def _transform(self, source: str) -> str:
+        if self._transformer is None:
+            # Imported on first use: IPython costs a quarter second and plain cells skip it.
+            module = importlib.import_module("IPython.core.inputtransformer2")
+            self._transformer = module.TransformerManager()
+        return str(self._transformer.transform_cell(source))
+
+    def _walk(self, node: ast.AST, ctx: _Ctx, lines: list[str], out: list[Token]) -> None:
+        if isinstance(node, ast.Constant):
+            self._literal(node, node, ctx, lines, out, negative=False)
+            return
+        if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
+            if isinstance(node.op, ast.USub | ast.UAdd):
+                self._literal(
+                    node, node.operand, ctx, lines, out, negative=isinstance(node.op, ast.USub)
+                )
+                return
+        if isinstance(node, ast.Call):
+            name = _name_of(node.func)
+            self._walk(node.func, ctx, lines, out)
+            for i, arg in enumerate(node.args):
+                self._walk(arg, _Ctx(name, i, "", ctx.key, ctx.target, ctx.index), lines, out)
+            for kw in node.keywords:
+                sub = _Ctx(name, -1, kw.arg or "", ctx.key, ctx.target, ctx.index)
+                self._walk(kw.value, sub, lines, out)
+            return
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                self._walk(t, ctx, lines, out)
+            if node.value is not None:
+                target = _name_of(targets[0]) if len(targets) == 1 else ""
+                sub = _Ctx("", -1, "", "", target or ctx.target, False)
+                self._walk(node.value, sub, lines, out)
+            return
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values, strict=True):
+                if k is not None:
+                    self._walk(k, ctx, lines, out)
+                key = k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else ""
+                sub = _Ctx(ctx.call, ctx.arg, ctx.kw, key or ctx.key, ctx.target, ctx.index)
+                self._walk(v, sub, lines, out)
+            return
+        if isinstance(node, ast.Subscript):
+            self._walk(node.value, ctx, lines, out)
+            self._walk(
+                node.slice, _Ctx(ctx.call, ctx.arg, ctx.kw, ctx.key, ctx.target, True), lines, out
+            )
+            return
+        if isinstance(node, ast.arguments):
+            positional = node.posonlyargs + node.args
+            pairs = list(
+                zip(positional[len(positional) - len(node.defaults) :], node.defaults, strict=True)
+            )
+            pairs += [
+                (a, d)
+                for a, d in zip(node.kwonlyargs, node.kw_defaults, strict=True)
+                if d is not None
+            ]
+            for a, d in pairs:
+                self._walk(d, _Ctx("", -1, a.arg, "", "", False), lines, out)
+            return
+        for child in ast.iter_child_nodes(node):
+            self._walk(child, ctx, lines, out)
+
+    def _literal(
+        self,
+        node: ast.expr,
+        const: ast.Constant,
+        ctx: _Ctx,
+        lines: list[str],
+        out: list[Token],
+        *,
+        negative: bool,
+    ) -> None:
+        raw = const.value
+        if isinstance(raw, bool) or not isinstance(raw, int | float | complex):
+            return
+        lineno = node.lineno
+        line = lines[lineno - 1] if 0 < lineno <= len(lines) else ""
+        col = node.col_offset
+        end = node.end_col_offset if node.end_lineno == lineno and node.end_col_offset else col
+        if not line.isascii():
+            encoded = line.encode()
+            text = encoded[col:end].decode(errors="replace")
+            col = len(encoded[:col].decode(errors="replace"))
+        else:
+            text = line[col:end]
+        text = text or repr(raw)
+        tok = Token(lineno, col + 1, text)
+        tok.context = line.strip()[:100]
+        out.append(tok)
+        if isinstance(raw, complex):
+            tok.reason = "complex literal"
+            return
+        digits = text.lstrip("+-").replace(" ", "").replace("_", "").lower()
+        try:
+            mant = digits.split("e")[0] if not digits.startswith("0x") else str(raw)
+            tok.decimals = decimals_of(mant)
+            tok.sig = sig_digits(mant)
+            tok.value = float(-raw if negative else raw)
+        except (ValueError, OverflowError):
+            tok.reason = "not a decimal literal"
+            return
+        tok.exponent = int(digits.split("e")[1]) if "e" in digits and "x" not in digits else 0
+        tok.sign_shown = negative
+        tok.name = ctx.kw or ctx.key or ctx.target
+        tok.words = frozenset(w for w in re.split(r"[^a-z0-9]+", tok.name.lower()) if w)
+        tok.reason = _code_reason(ctx)
+
+
+def _code_reason(ctx: _Ctx) -> str | None:
+    if ctx.index:
+        return "safe code literal: index"
+    if ctx.kw:
+        reason = _name_reason(ctx.kw)
+        if reason:
+            return reason
+    if ctx.call in _RANGE_CALLS:
+        return f"safe code literal: {ctx.call}()"
+    if ctx.call == "round" and ctx.arg == 1:
+        return "safe code literal: round digits"
+    if ctx.call in _SEED_CALLS:
+        return "configuration literal: seed"
+    if ctx.call in _LAYOUT_CALLS and not ctx.kw:
+        return f"safe code literal: {ctx.call}()"
+    for name in (ctx.key, ctx.target):
+        if name:
+            reason = _name_reason(name)
+            if reason:
+                return reason
+    return None
+
+
+def source_numbers(source: str) -> frozenset[str]:
+    """The digit strings written anywhere in a cell's source (for outputs that echo them)."""
+    return frozenset(m.group("body") for m in _TOKEN.finditer(source))
