@@ -24,7 +24,8 @@ from rgt_jupyter.probe import probe, read_from
 from rgt_jupyter.registry import Registry
 from rgt_jupyter.render import snapshot_text
 from rgt_jupyter.status import Snapshot
-from rgt_jupyter.watch import Lines, Watcher, watcher_note
+from rgt_jupyter.watch import Watcher, watcher_note
+from rgt_jupyter.watch_reads import Lines
 
 from .conftest import control_json, wait_for
 
