@@ -17,13 +17,13 @@ JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 JOB_NAME_RULE = (
     "a job name starts with a letter or digit, then up to 63 letters, digits, '.', '_' or '-' "
-    "(no spaces, quotes, '/', ';', '$', newlines or a leading '-')"
+    "(no spaces, quotes, '/', ';', '$', newlines, '..' or a leading '-')"
 )
 
 
 def check_job_name(name: str) -> str:
     """Return ``name`` if it is an allowed job name, else raise :class:`UsageError`."""
-    if not JOB_NAME_RE.fullmatch(name) or ".." in name:
+    if not isinstance(name, str) or not JOB_NAME_RE.fullmatch(name) or ".." in name:
         raise UsageError(f"job name {name!r} is not allowed: {JOB_NAME_RULE}. Pick another --name.")
     return name
 

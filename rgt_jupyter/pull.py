@@ -148,6 +148,11 @@ def _claim_run_dir(root: Path, job_id: str, taken: set[str]) -> tuple[str, Path]
         return path.name, path
 
 
+#: A pulled file's path below its run folder stays this short, leaving room for the folder
+#: itself within PATH_MAX (4096 bytes).
+MAX_RELPATH_BYTES = 3072
+
+
 def validate_listing(files: dict[str, dict[str, Any]], refused: list[str]) -> None:
     """Reject a remote listing whole, before any write: unsafe or unholdable names, duplicates
     after normalisation, symlinks, sizes that are not plain non-negative integers."""
@@ -159,8 +164,21 @@ def validate_listing(files: dict[str, dict[str, Any]], refused: list[str]) -> No
         except PullError as exc:
             problems.append(str(exc))
             continue
-        if any(len(part.encode()) > 255 for part in rel.split("/")):
+        if not isinstance(entry, dict):
+            problems.append(f"{rel!r}: the listing entry {entry!r} is not a record")
+            continue
+        try:
+            encoded = rel.encode()
+        except UnicodeEncodeError:
+            problems.append(
+                f"{rel!r}: the file name is not UTF-8; rename it on the machine (the job wrote "
+                "bytes no portable name can carry) and pull again"
+            )
+            continue
+        if any(len(part) > 255 for part in encoded.split(b"/")):
             problems.append(f"{rel!r}: a name longer than this filesystem can hold")
+        if len(encoded) > MAX_RELPATH_BYTES:
+            problems.append(f"{rel!r}: a path longer than this filesystem can hold")
         key = rel.rstrip("/")
         if key in seen:
             problems.append(f"{rel!r}: listed twice")

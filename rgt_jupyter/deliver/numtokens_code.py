@@ -235,7 +235,11 @@ class CodeScanner:
         except (ValueError, OverflowError):
             tok.reason = "not a decimal literal"
             return
-        tok.exponent = int(digits.split("e")[1]) if "e" in digits and "x" not in digits else 0
+        power = digits.split("e")[1] if "e" in digits and "x" not in digits else "0"
+        if len(power.lstrip("+-")) > 4:  # no measured number; int() of it may not even parse
+            tok.reason = "exponent out of range"
+            return
+        tok.exponent = int(power)
         tok.sign_shown = negative
         tok.name = ctx.kw or ctx.key or ctx.target
         tok.words = frozenset(w for w in re.split(r"[^a-z0-9]+", tok.name.lower()) if w)

@@ -260,6 +260,10 @@ class _LineScanner:
         if exp:
             e = exp.strip()
             power = re.search(r"[-+]?\d+", e.split("10^")[-1] if "10^" in e else e.lstrip("eE^"))
+            if power and len(power.group(0).lstrip("+-")) > 4:
+                # 10^±10000 and beyond is no measured number (and would overflow a float).
+                tok.reason = reason or "exponent out of range"
+                return
             k = int(power.group(0)) if power else 0
             if e[0] == "^":
                 if mantissa != "10":
