@@ -188,6 +188,14 @@ def validate_listing(files: dict[str, dict[str, Any]], refused: list[str]) -> No
             problems.append(f"{rel!r}: size {size!r} is not a byte count")
         if not isinstance(sha, str) or len(sha) != 64:
             problems.append(f"{rel!r}: no sha256")
+    folded: dict[str, str] = {}
+    for rel in files:  # a run must hold on a case-insensitive disk too (macOS, Windows)
+        other = folded.setdefault(rel.casefold(), rel)
+        if other != rel:
+            problems.append(
+                f"{rel!r} and {other!r}: names that differ only in case would land on one file "
+                "on a case-insensitive disk; rename one on the machine and pull again"
+            )
     names = set(files)
     for rel in files:  # a file may not also be a folder of another entry
         parts = rel.split("/")

@@ -91,6 +91,10 @@ def _cells(line: str) -> list[tuple[int, int, str]]:
     return spans
 
 
+#: Lines longer than this (a minified blob, a digit dump) are reported, not scanned.
+MAX_LINE = 2000
+
+
 @dataclass(frozen=True, slots=True)
 class _Line:
     """One line being scanned: as written (``raw``, for context and anchor words), with code
@@ -114,6 +118,11 @@ class _LineScanner:
         self, line: str, lineno: int, out: list[Token], *, markdown: bool, header: list[str] | None
     ) -> None:
         if not _DIGIT.search(line) and "{{" not in line:
+            return
+        if len(line) > MAX_LINE:
+            # Said, not scanned: the masks below cost more than linear time on such lines.
+            reason = f"line of {len(line)} characters not scanned"
+            out.append(Token(lineno, 1, line[:80], kind="masked", reason=reason))
             return
         clean = line
         if markdown:

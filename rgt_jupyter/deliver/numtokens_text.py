@@ -9,14 +9,16 @@ import re
 
 from .numtext import normalize, spaces
 from .numtokens_base import Token
-from .numtokens_line import _DIGIT, _cells, _LineScanner
+from .numtokens_line import _DIGIT, MAX_LINE, _cells, _LineScanner
 
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
-_COMMENT = re.compile(r"<!--(.*?)-->", re.S)
+# An unclosed comment, OSC escape or table runs to the end of the text (or line), so no
+# pattern has to give up and retry from every later position.
+_COMMENT = re.compile(r"<!--(.*?)(?:-->|\Z)", re.S)
 _PRAGMA_COMMENT = re.compile(r"rgt:\s*ignore\b")
 _TABLE_SEP = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
 _PROGRESS = re.compile(r"\d+%\|| (?:it/s|s/it)\]|\|[█▏▎▍▌▋▊▉#]+")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?")
 
 
 def _table_header(
@@ -24,9 +26,10 @@ def _table_header(
 ) -> tuple[list[str] | None, bool]:
     """The table header in force at ``line`` (``lines[i]`` as scanned), and whether ``line`` is
     the separator row under that header."""
-    if "|" not in line:
+    if "|" not in line or len(line) > MAX_LINE:
         return None, False
     nxt = lines[i + 1] if i + 1 < len(lines) else ""
+    nxt = nxt if len(nxt) <= MAX_LINE else ""
     if "|" in nxt and _TABLE_SEP.match(nxt):
         return [c[2] for c in _cells(line)], False
     return header, header is not None and _TABLE_SEP.match(line) is not None
@@ -112,7 +115,7 @@ class TextScanner(_LineScanner):
                 continue
             if not _DIGIT.search(line):
                 continue
-            if _PROGRESS.search(line):
+            if _PROGRESS.search(line[:MAX_LINE]):
                 out.append(Token(i + 1, 1, line.strip()[:80], kind="masked", reason="progress bar"))
                 continue
             self._line(line, i + 1, out, markdown=False, header=header)
@@ -135,7 +138,7 @@ def html_to_text(markup: str) -> str:
 
 
 _SCRIPT_STYLE = re.compile(r"<(script|style)\b.*?</\1\s*>", re.S | re.I)
-_TABLE = re.compile(r"<table\b.*?</table\s*>", re.S | re.I)
+_TABLE = re.compile(r"<table\b.*?(?:</table\s*>|\Z)", re.S | re.I)
 _ROW = re.compile(r"<tr\b[^>]*>(.*?)</tr\s*>", re.S | re.I)
 _CELL = re.compile(r"<t([hd])\b[^>]*>(.*?)</t[hd]\s*>", re.S | re.I)
 _BLOCK = re.compile(r"<br\s*/?>|</(?:p|div|li|h[1-6]|pre|tr)\s*>", re.I)

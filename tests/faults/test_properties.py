@@ -2,9 +2,7 @@
 name allowlist, the rendering of remote command lines, and the number tokenizer of the
 typed-number check.
 
-Tests marked ``xfail(strict=True)`` record a bug that is still there: each one fails today on
-the minimal example given with ``@example``, and starts passing (so the mark must go) once the
-bug is fixed.
+Each ``@example`` is the minimal case of a bug these properties once found.
 """
 
 from __future__ import annotations
@@ -298,12 +296,6 @@ def test_paths_longer_than_path_max_are_refused(depth: int) -> None:
         validate_listing({rel: GOOD_ENTRY}, [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (case-insensitive filesystems): validate_listing accepts names that differ "
-    "only in case ('outputs/A.csv' and 'outputs/a.csv'); on macOS or Windows both land on one "
-    "local file and the run can be marked verified while that file holds only one of them",
-)
 @BUG
 @example(rel="outputs/Results.csv")
 @given(rel=_good_path())
@@ -720,15 +712,6 @@ SLOW_LINES: dict[str, Callable[[int], str]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (quadratic time): scan time grows with the square of a line's length: 20,000 "
-    "digits take ~12 s in output_text (numtokens_line's 'timing' and 'shape' masks rescan the "
-    "run from every digit), '1-1-1-…' ~4 s (the 'path' mask's lookahead), 20,000 spaces then "
-    "'|' under a table row ~6 s (_TABLE_SEP); and of the whole text for unclosed '<!--' "
-    "(markdown, _COMMENT: 120,000 chars ~57 s), OSC escapes without BEL (_ANSI) and '<table' "
-    "without '</table>' (html_to_text)",
-)
 @BUG
 @example(shape="digits", where="output_text")
 @given(shape=st.sampled_from(sorted(SLOW_LINES)), where=st.sampled_from(sorted(ENTRIES)))
