@@ -18,9 +18,10 @@ compares it with what was sent; on any difference the job is not started and the
 ``error.json`` (kind ``not_deployed``) and ``exit.json`` (state ``failed``).
 
 ``run`` writes, in CONTROL_DIR: ``status.json`` (who and where), ``heartbeat.json`` (a counter, wall
-and monotonic time, every ``heartbeat_s``), ``log`` (the job's stdout and stderr), ``env.json``,
-``manifest.json`` (sha256 of every output and checkpoint, taken when the job ended) and, last,
-``exit.json`` (exit code, signal, final state). SIGTERM, SIGUSR2 and SIGINT are forwarded to the
+and monotonic time, and this machine's boot-time clock with its boot id, every ``heartbeat_s``: an
+observer ages it by this machine's uptime, whatever its own clock says), ``log`` (the job's
+stdout and stderr), ``env.json``, ``manifest.json`` (sha256 of every output and checkpoint, taken
+when the job ended) and, last, ``exit.json`` (exit code, signal, final state). SIGTERM, SIGUSR2 and SIGINT are forwarded to the
 job's process group; after ``grace_s`` seconds a job that has not exited is killed.
 
 The final state is decided here from the process and artifacts: ``finished`` (exit 0),
@@ -79,6 +80,18 @@ def proc_start_ticks(pid: int) -> int | None:
     except OSError:
         return None
     return int(data[data.rindex(")") + 2 :].split()[19])
+
+
+def uptime() -> Optional[float]:
+    """Seconds since this machine booted, on the clock ``/proc/uptime`` reads (CLOCK_BOOTTIME:
+    never set, never skewed, counting suspend), or None where there is none."""
+    clock = getattr(time, "CLOCK_BOOTTIME", None)
+    if clock is None:
+        return None
+    try:
+        return time.clock_gettime(clock)
+    except OSError:
+        return None
 
 
 def boot_id() -> str | None:
@@ -553,6 +566,7 @@ class Supervisor:
         self.started_at = _now()
         self.seq = 0
         self.mono0 = time.monotonic()
+        self.boot = boot_id()
         self.resume = bool(self.spec.get("resume"))
         self.restart = 0
         self.slurm = slurm_facts()
@@ -601,6 +615,8 @@ class Supervisor:
                 "seq": self.seq,
                 "wall": _now(),
                 "mono": time.monotonic() - self.mono0,
+                "uptime": uptime(),
+                "boot_id": self.boot,
                 "agent_pid": os.getpid(),
             },
         )

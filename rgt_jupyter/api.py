@@ -10,12 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import RemoteTraceback, UsageError
+from .errors import RemoteTraceback, TransportError, UsageError
 from .project import project_dir
 from .registry import Registry
 from .render import snapshot_html, snapshot_text, traceback_lines
 from .status import TERMINAL, Snapshot, as_launched, observe
 from .transport import Transport, get_transport
+
+#: Transport failures that say the host is out of reach for now, not that something is wrong.
+TRANSIENT_KINDS = ("timeout", "transport_unavailable", "connection_refused")
 
 
 class Job:
@@ -103,11 +106,22 @@ class Job:
         return self.snapshot(log_lines=0).terminal
 
     def wait(self, timeout: float | None = None, poll: float = 0.5) -> str:
-        """Block until the job ends (or ``timeout`` seconds pass); return its state."""
+        """Block until the job ends (or ``timeout`` seconds pass); return its state.
+
+        While the job's host is out of reach for a moment (a dropped, refused or silent
+        connection) the job is not judged: the wait goes on and looks again; any other
+        transport error (a changed host key, refused keys) is raised at once."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.2
         while True:
-            snap = self.snapshot(log_lines=0)
+            try:
+                snap = self.snapshot(log_lines=0)
+            except TransportError as exc:
+                late = deadline is not None and time.monotonic() >= deadline
+                if late or getattr(exc, "kind", None) not in TRANSIENT_KINDS:
+                    raise
+                time.sleep(poll)
+                continue
             if snap.terminal or (deadline is not None and time.monotonic() >= deadline):
                 return snap.state
             time.sleep(min(delay, poll))
@@ -187,10 +201,12 @@ class Job:
             ).check()
             Registry(self.project).event(self.id, "stop_requested", signal=sig, via="scancel")
             return
-        status = self.transport.read_text(f"{self.spec['control_dir']}/status.json")
-        if not status or self.snapshot(log_lines=0).terminal:
+        from .status import agent_pid
+
+        # Only the job's own agent is ever signalled, whatever status.json names.
+        pid = agent_pid(self.transport, self.spec)
+        if pid is None or self.snapshot(log_lines=0).terminal:
             raise UsageError(f"job {self.id} is not running")
-        pid = int(json.loads(status)["agent_pid"])
         if self.spec["transport"] != "local":
             raise UsageError("stop is only available for local jobs")
         os.kill(pid, getattr(_signal, sig))
@@ -235,7 +251,9 @@ class Job:
     ) -> Run:
         """Pull outputs and checkpoints into a new immutable run (see :mod:`.pull`).
 
-        ``on_progress(bytes_done, bytes_total, path)`` is called after each file.
+        ``on_progress(bytes_done, bytes_total, path)`` is called after each file. A pull of this
+        job that was killed is settled first: when its run had landed whole, that run is
+        registered and returned; otherwise this pull resumes from what it had fetched.
         """
         from .pull import pull
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .agent import sha256_file
-from .errors import LaunchError
+from .errors import LaunchError, TransportError
 from .transport import Transport
 
 if TYPE_CHECKING:
@@ -38,9 +38,34 @@ def push_files(
 ) -> dict[str, str]:
     """Push files content-addressed: only objects the remote store lacks are sent; the agent
     then copies them into ``<control>/code`` (a per-job dir: a live job's inputs never change).
-    Returns ``{rel: sha256}``."""
+    Returns ``{rel: sha256}``.
+
+    Each object travels under a temporary name and gets its own (its sha256) only once whole,
+    and the agent hashes every copy, so a push cut short leaves nothing that a later launch
+    would take for sent; that launch sends only what is missing."""
     if not pushed:
         return {}
+    sent: list[str] = []
+    try:
+        return _push(transport, python, control, objects, pushed, sent)
+    except TransportError as exc:
+        raise LaunchError(
+            f"the push to {transport.host} was interrupted after {len(sent)} new file(s) "
+            f"({exc}). Nothing was started. Files that arrived whole stay in {objects} and are "
+            "not sent again; a file cut short there was never given its name and is not used. "
+            "Launch again once the host answers."
+        ) from exc
+
+
+def _push(
+    transport: Transport,
+    python: str,
+    control: str,
+    objects: str,
+    pushed: list[tuple[Path, str]],
+    sent: list[str],
+) -> dict[str, str]:
+    """:func:`push_files` itself; ``sent`` collects the objects sent so far."""
     wanted = {rel: sha256_file(str(local))[0] for local, rel in pushed}
     agent = f"{control}/agent.py"
 
@@ -60,6 +85,7 @@ def push_files(
     for _ in range(2):
         for sha in missing:
             transport.put(local_of[sha], f"{objects}/{sha[:2]}/{sha}")
+            sent.append(sha)
         bad = agent_json("materialize", objects, f"{control}/code", payload=wanted)["bad"]
         if not bad:
             return wanted

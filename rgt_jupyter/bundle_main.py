@@ -39,21 +39,19 @@ def write_json_atomic(path: str, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def record_not_deployed(control: str, message: str) -> None:
-    """``error.json`` and ``exit.json`` of a job that was not started (the agent's format)."""
-    now = time.time()
-    error: Dict[str, Any] = {
-        "type": "NotDeployed",
-        "kind": "not_deployed",
-        "message": message,
-        "program": None,
-        "frames": [],
-        "formatted": message + "\n",
-    }
-    write_json_atomic(os.path.join(control, "error.json"), error)
-    write_json_atomic(
-        os.path.join(control, "exit.json"),
-        {
+def not_deployed_records(message: str, now: float) -> Dict[str, Dict[str, Any]]:
+    """``error.json`` and ``exit.json`` of a job that was not started (the agent's format), by
+    file name."""
+    return {
+        "error.json": {
+            "type": "NotDeployed",
+            "kind": "not_deployed",
+            "message": message,
+            "program": None,
+            "frames": [],
+            "formatted": message + "\n",
+        },
+        "exit.json": {
             "exit_code": None,
             "signal": None,
             "state": "failed",
@@ -61,7 +59,13 @@ def record_not_deployed(control: str, message: str) -> None:
             "started_at": now,
             "ended_at": now,
         },
-    )
+    }
+
+
+def record_not_deployed(control: str, message: str) -> None:
+    """Write the records of a job that was not started into its control dir."""
+    for name, record in not_deployed_records(message, time.time()).items():
+        write_json_atomic(os.path.join(control, name), record)
 
 
 def target_path(control: str, name: str) -> str:

@@ -1,5 +1,6 @@
 """Local file durability: atomic writes (temporary name in the same dir, fsync, rename, fsync of
-the dir) and flushing a long write as it goes (:class:`SyncBehind`)."""
+the dir), flushing a long write as it goes (:class:`SyncBehind`), and telling a write the disk
+did not confirm (:class:`UnconfirmedWrite`) from one that merely ran out of room."""
 
 from __future__ import annotations
 
@@ -8,6 +9,23 @@ import os
 import threading
 from pathlib import Path
 from typing import Any
+
+
+class UnconfirmedWrite(OSError):
+    """fsync or fdatasync of a file failed (``errno`` as the disk gave it: EIO, ENOSPC, ...).
+
+    After such a failure the kernel may already have dropped the pages it could not write (they
+    no longer count as dirty, so a later fsync succeeds and a read returns what is cached, or
+    not), so none of the file's bytes can be trusted: the file is to be discarded, never resumed.
+    """
+
+
+def fsync_file(fd: int) -> None:
+    """fsync ``fd``; a failure is raised as :class:`UnconfirmedWrite`."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise UnconfirmedWrite(exc.errno, f"{exc.strerror}, on fsync") from exc
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -67,12 +85,17 @@ class SyncBehind:
                 return
             try:
                 os.fdatasync(self.fd)
-            except OSError as exc:  # reported by close(); the final fsync fails the same way
-                self._error = exc
+            except OSError as exc:
+                # Reported by close(). It must be: the final fsync of the same open file may
+                # succeed after this one failed, since the kernel reports a writeback error once.
+                self._error = UnconfirmedWrite(
+                    exc.errno, f"{exc.strerror}, on fdatasync while it was being written"
+                )
                 return
 
     def close(self) -> None:
-        """Stop the thread (the caller fsyncs last); re-raise what a flush hit."""
+        """Stop the thread (the caller fsyncs last); raise what a flush hit as
+        :class:`UnconfirmedWrite`."""
         self._done = True
         self._wake.set()
         self._thread.join()
@@ -87,7 +110,7 @@ def jsonl_records(text: str) -> list[dict[str, Any]]:
     for line in text.splitlines():
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # a torn line, or one nested past any sense
             continue
         if isinstance(value, dict):
             out.append(value)

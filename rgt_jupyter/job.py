@@ -17,6 +17,7 @@ python / numpy / torch (and CUDA) RNG states saved with it.
 from __future__ import annotations
 
 import atexit
+import errno
 import hashlib
 import importlib.util
 import json
@@ -36,6 +37,7 @@ __all__ = [
     "save_config",
     "save_checkpoint",
     "load_latest",
+    "CheckpointNotSaved",
     "preempted",
     "is_smoke",
     "is_resume",
@@ -460,11 +462,81 @@ def _sweep_stale_tmp(directory: str) -> None:
                 pass
 
 
+class CheckpointNotSaved(OSError):
+    """A checkpoint could not be written durably (a full disk, a disk that did not confirm the
+    write): no temporary of it is left taking space, and the checkpoints saved before it are
+    untouched. ``errno`` is the one the disk gave (ENOSPC, EDQUOT, EIO)."""
+
+
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+
+
+def _disk_error(exc: BaseException) -> Optional[OSError]:
+    """The disk's own error behind ``exc``: torch reports a failed write of its zip stream as a
+    RuntimeError ("unexpected pos ...") whose context holds the OSError."""
+    seen = set()
+    current: Optional[BaseException] = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_ERRNOS:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _free_space(directory: str) -> Optional[Tuple[int, int]]:
+    """(bytes, inodes) free to this user in ``directory``; None when it cannot be read."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize, st.f_favail
+
+
+def _not_saved(
+    name: str, step: int, directory: str, cause: OSError, free: Optional[Tuple[int, int]]
+) -> CheckpointNotSaved:
+    """The error a job sees when checkpoint ``name`` could not be written, saying why and what
+    is still there; ``free`` is the room there was before the write."""
+    older = [n for _, n in _list_ckpts(directory) if n != name] if os.path.isdir(directory) else []
+    kept = (
+        "%s is still the latest checkpoint (load_latest() returns it)" % older[-1]
+        if older
+        else "there is no earlier checkpoint"
+    )
+    if cause.errno == errno.EIO:
+        why = (
+            "the disk did not confirm the write (%s): its bytes cannot be trusted and were "
+            "removed" % (cause.strerror or "EIO")
+        )
+        todo = "The disk may be failing: check it (dmesg), or launch with --ckpt-dir elsewhere."
+    else:
+        room = (
+            "%d bytes and %d inodes were free before it was written" % free
+            if free is not None
+            else "the free space could not be read"
+        )
+        why = "the disk holding %s is full (%s; %s); what was written of it was removed" % (
+            directory,
+            cause.strerror or "no space left",
+            room,
+        )
+        todo = (
+            "Free space there (keep fewer checkpoints with keep=, save a smaller state) or "
+            "launch with --ckpt-dir on a bigger disk, then resume."
+        )
+    message = "checkpoint %s (step %d) was NOT saved: %s. %s. %s" % (name, step, why, kept, todo)
+    return CheckpointNotSaved(cause.errno, message)
+
+
 def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> str:
     """Atomically save ``state`` (plus RNG states) as checkpoint ``step``; keep the last ``keep``.
 
     With torch present the file is ``ckpt-<step>.pt`` (``torch.save``); without torch the state
     must be JSON-serializable and the file is ``ckpt-<step>.json``. Returns the path.
+
+    Raises :class:`CheckpointNotSaved` when the disk is full or fails the write; the earlier
+    checkpoints are then untouched (older ones are pruned only once a new one is durable).
     """
     if not isinstance(state, dict):
         raise TypeError("save_checkpoint expects a dict (model/optimizer state_dicts, step, ...)")
@@ -490,11 +562,26 @@ def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> str:
 
     def record(sha: str, size: int) -> None:
         # The record is durable before the checkpoint gets its name, so a file under its final
-        # name always has a record to be checked against.
-        line = "%s  %s\n" % (sha, name)
-        _atomic_write(path + ".sha256", lambda f: f.write(line.encode()))
+        # name always has a record to be checked against. When this step was saved before, the
+        # record names both until the rename is durable: a kill in between leaves the earlier
+        # checkpoint still matching its record.
+        lines = ["%s  %s\n" % (sha, name)]
+        if os.path.exists(path):
+            lines += ["%s  %s\n" % (h, name) for h in _recorded(path) if h != sha]
+        data = "".join(lines).encode()
+        _atomic_write(path + ".sha256", lambda f: f.write(data))
 
-    _atomic_write(path, write, before_commit=record)
+    free = _free_space(directory)
+    try:
+        sha, _ = _atomic_write(path, write, before_commit=record)
+        if len(_recorded(path)) > 1:  # the rename is durable: the record names this file only
+            line = "%s  %s\n" % (sha, name)
+            _atomic_write(path + ".sha256", lambda f: f.write(line.encode()))
+    except Exception as exc:
+        cause = _disk_error(exc)
+        if cause is None:
+            raise
+        raise _not_saved(name, int(step), directory, cause, free) from exc
     for _, old in _list_ckpts(directory)[:-keep]:
         for victim in (old, old + ".sha256"):
             try:
@@ -513,13 +600,19 @@ def _sha256_file(path: str) -> str:
     return sha.hexdigest()
 
 
+def _recorded(path: str) -> List[str]:
+    """The sha256 values the checkpoint's ``.sha256`` record lists (one per line; two only
+    while a checkpoint of the same step is being replaced)."""
+    try:
+        with open(path + ".sha256") as fh:
+            return [line.split()[0] for line in fh.read().splitlines() if line.split()]
+    except FileNotFoundError:
+        return []
+
+
 def _record_matches(path: str) -> bool:
-    record = path + ".sha256"
-    if not os.path.exists(record):
-        return False
-    with open(record) as fh:
-        expected = fh.read().split()
-    return bool(expected) and expected[0] == _sha256_file(path)
+    recorded = _recorded(path)
+    return bool(recorded) and _sha256_file(path) in recorded
 
 
 def _load_file(path: str) -> dict[str, Any]:

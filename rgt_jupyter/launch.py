@@ -18,8 +18,8 @@ from .audit import audit_cache, audit_host
 from .bundle import _HERE, CELL_PROGRAM, code_hash, job_files, job_paths, push_files, ship
 from .durability import check as check_durability
 from .durability import refusal_advice
-from .errors import JobNotFound, UsageError
-from .launcher import get_launcher
+from .errors import JobNotFound, LaunchError, TransportError, UsageError
+from .launcher import Launcher, Recovered, get_launcher
 from .names import check_env_key, check_identifier, check_job_name, parse_seeds
 from .profiles import Profile, load_profile
 from .registry import Registry
@@ -210,6 +210,8 @@ def _previous(registry: Registry, transport: Transport, name: str) -> dict[str, 
         previous = registry.get(name)
     except JobNotFound:
         return None
+    if previous["state"] == "failed" and previous["spec"].get("not_started"):
+        return previous  # its launch established that nothing of it started
     prev_state = observe(transport, previous["spec"]).state
     registry.set_state(previous["id"], prev_state)
     if prev_state in ("queued", "running"):
@@ -396,17 +398,31 @@ def _register(tgt: Target, prepared: Prepared) -> None:
 def submit_prepared(
     tgt: Target, members: list[Prepared], bundle: bytes, control: str
 ) -> list[dict[str, Any]]:
-    """Register the jobs, send the bundle and start them in one command; return their rows."""
+    """Register the jobs, send the bundle and start them in one command; return their rows.
+
+    A connection that drops after the command was sent may have taken the reply with it while
+    the job started: the host is asked (:meth:`~.launcher.Launcher.recover`) before anything is
+    called failed, and a job that started is returned as launched, with a notice."""
     for prepared in members:
         _register(tgt, prepared)
     launcher = get_launcher(tgt.profile.launcher)
     ids = [p.spec["job_id"] for p in members]
+    notices: list[str] = []
     try:
         record = launcher.submit(tgt.transport, tgt.python, control, bundle)
     except Exception as exc:
-        for job_id in ids:
-            tgt.registry.set_state(job_id, "failed", reason=str(exc))
-        raise
+        # Only a connection that broke (an SSH error says whether the command was sent) leaves
+        # the outcome open; any other failure is the host's or the scheduler's own answer.
+        if not isinstance(exc, TransportError) or getattr(exc, "maybe_ran", None) is None:
+            for job_id in ids:
+                tgt.registry.set_state(job_id, "failed", reason=str(exc))
+            raise
+        record = _reply_lost(tgt, launcher, members, control, len(bundle), exc)
+        notices.append(
+            f"The connection to {tgt.transport.host} dropped before the launch's reply came "
+            f"back ({exc}); the job had started there (its agent reported), so it was not "
+            "launched again."
+        )
     line = launcher.launch_line(tgt.python, control)
     rows = []
     for prepared in members:
@@ -424,8 +440,66 @@ def submit_prepared(
             **mine,
         )
         rows.append(tgt.registry.get(job_id))
-    rows[0]["notices"] = first_contact_notices(tgt.registry, tgt.profile)
+    rows[0]["notices"] = notices + first_contact_notices(tgt.registry, tgt.profile)
     return rows
+
+
+def _reply_lost(
+    tgt: Target,
+    launcher: Launcher,
+    members: list[Prepared],
+    control: str,
+    bundle_size: int,
+    exc: TransportError,
+) -> dict[str, Any]:
+    """The launch record of jobs whose launch command lost its connection: found on the host
+    when they started; otherwise a :class:`LaunchError` that says whether they did not start
+    (they are ``failed``) or whether that cannot be told (they stay ``queued`` until a look at
+    the host decides: running, or lost once the start grace has passed)."""
+    ids = [p.spec["job_id"] for p in members]
+    host = tgt.transport.host
+    names = ", ".join(p.spec["name"] for p in members)
+
+    def failed(why: str, certain: bool = True) -> LaunchError:
+        for job_id in ids:
+            if certain:  # nothing of it runs: a launch again need not wait for a look
+                tgt.registry.update_spec(job_id, not_started=why)
+            tgt.registry.set_state(job_id, "failed", reason=why)
+        return LaunchError(why)
+
+    if not getattr(exc, "maybe_ran", False):
+        raise failed(
+            f"the launch of {names} never reached {host} ({exc}); nothing was started there. "
+            "Launch again once the host answers."
+        ) from exc
+    single = len(members) == 1 and members[0].spec["control_dir"] == control
+    found = (
+        launcher.recover(tgt.transport, control, bundle_size)
+        if single
+        else Recovered(None, f"{len(members)} jobs were started by one command")
+    )
+    for job_id in ids:
+        tgt.registry.event(job_id, "launch_reply_lost", error=str(exc), found=found.detail)
+    if found.started:
+        return found.record
+    if found.started is False:
+        raise failed(
+            f"the connection to {host} dropped during the launch of {names} ({exc}), and the "
+            f"job did not start: {found.detail}. Nothing runs there: launch it again."
+        ) from exc
+    if launcher.name not in ("detached", "tmux") or not single:
+        raise failed(
+            f"the connection to {host} dropped during the launch of {names} ({exc}); whether "
+            f"the {launcher.name} launch was taken cannot be told from here ({found.detail}). "
+            "Check the scheduler's queue there before launching again.",
+            certain=False,
+        ) from exc
+    raise LaunchError(
+        f"the connection to {host} dropped during the launch of {names} ({exc}), and whether "
+        f"the job started could not be told ({found.detail}): it may be running. "
+        f"`%watch {members[0].spec['name']}` tells within a minute (`lost` if it never "
+        "started); launching it again is refused until then."
+    ) from exc
 
 
 def _bundle_one(tgt: Target, prepared: Prepared, req: LaunchRequest) -> bytes:

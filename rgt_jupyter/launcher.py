@@ -7,6 +7,12 @@ stdin of one POSIX ``sh`` command, which stores it in the control dir and starts
 own session (``setsid``), so the job outlives the kernel, the notebook and the terminal. The
 command returns without waiting for the remote Python to start. Schedulers (sbatch, a k8s Job)
 plug in here the same way.
+
+When the connection drops after the launch command was sent but before its reply came back,
+:meth:`Launcher.recover` finds out from the host whether the job started (its agent's
+``status.json``; a bundle that arrived cut short or damaged, or no trace of the launch at all,
+means it did not), so a lost reply neither reports a running job as failed nor invites a second
+copy of it.
 """
 
 from __future__ import annotations
@@ -14,9 +20,12 @@ from __future__ import annotations
 import abc
 import json
 import shlex
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import LaunchError
+from .bundle_main import not_deployed_records
+from .errors import LaunchError, TransportError
 from .transport import Transport
 
 #: Exit status of the launch script when the interpreter is not there.
@@ -25,6 +34,10 @@ NO_INTERPRETER = 127
 NO_TMUX = 126
 #: The slowest upload a launch waits for before giving up on the command.
 MIN_UPLOAD_BYTES_PER_S = 50_000
+#: How long a launch whose reply was lost looks on the host for the job's first record.
+RECOVER_S = 10.0
+#: With no trace of the launch in the control dir for this long, the command never ran.
+ABSENT_S = 2.0
 
 #: ``sh -c SCRIPT rgt-launch CONTROL_DIR PYTHON``: paths only ever arrive as positional
 #: parameters. The bundle (stdin) lands 0600; the agent is started with all three standard fds
@@ -97,6 +110,29 @@ TMUX_LAUNCH_SCRIPT = (
 )
 
 
+@dataclass
+class Recovered:
+    """What a launch whose reply was lost found out on the host.
+
+    ``started``: True when the job started (``record`` is what the reply would have said),
+    False when it certainly did not, None when that cannot be told (yet)."""
+
+    started: bool | None
+    detail: str
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def _read_json(transport: Transport, path: str) -> dict[str, Any] | None:
+    text = transport.read_text(path)
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None  # being written: the next look reads it whole
+    return value if isinstance(value, dict) else None
+
+
 class Launcher(abc.ABC):
     """Starts a job from its launch bundle."""
 
@@ -140,6 +176,15 @@ class Launcher(abc.ABC):
             )
         return self.parse_submit(result.stdout)
 
+    def recover(
+        self, transport: Transport, control_dir: str, bundle_size: int | None = None
+    ) -> Recovered:
+        """Whether the job whose launch reply was lost (``bundle_size`` bytes sent) started;
+        see the module docstring. A scheduler's launcher cannot tell from the host: None."""
+        return Recovered(
+            None, f"a {self.name} launch leaves no record on {transport.host} to check"
+        )
+
 
 class DetachedLauncher(Launcher):
     """``sh -c LAUNCH_SCRIPT``: store the bundle, start the agent in its own session."""
@@ -158,6 +203,83 @@ class DetachedLauncher(Launcher):
                 f"unexpected output from the job's start: {stdout[:500]!r}; see agent.log in "
                 "the job's control dir"
             ) from exc
+
+    def recover(
+        self,
+        transport: Transport,
+        control_dir: str,
+        bundle_size: int | None = None,
+        wait_s: float = RECOVER_S,
+    ) -> Recovered:
+        """Look in the control dir, over a fresh connection, for up to ``wait_s`` seconds.
+
+        The agent's ``status.json`` means the job started. It did not start when the unpacker
+        refused the bundle (``NOT DEPLOYED``), when ``bundle.zip`` stays shorter than the
+        ``bundle_size`` bytes sent (a zip cut short is no zip: nothing of it can run; it is
+        deleted, as it may hold secrets), or when the launch left no trace at all, each for
+        :data:`ABSENT_S` (the host may still be writing what it received)."""
+        deadline = time.monotonic() + wait_s
+        settled: tuple[str, float] | None = None  # an undecided look, and since when it holds
+        why = "the host could not be read"
+        while True:
+            try:
+                found, trace = self._look(transport, control_dir, bundle_size)
+            except (TransportError, OSError) as exc:
+                found, trace, settled = None, None, None
+                why = f"the host could not be read ({exc})"
+            if found is not None:
+                return found
+            now = time.monotonic()
+            if trace is not None:
+                why = trace
+                if settled is None or settled[0] != trace:
+                    settled = (trace, now)
+                elif now - settled[1] >= ABSENT_S and not trace.startswith("the launch reached"):
+                    return self._not_started(transport, control_dir, trace)
+            if now >= deadline:
+                return Recovered(None, why)
+            time.sleep(0.3)
+
+    @staticmethod
+    def _not_started(transport: Transport, control: str, trace: str) -> Recovered:
+        """The verdict "did not start": a bundle cut short is deleted (it may hold secrets and
+        nothing will read it), and the control dir gets the unpacker's ``NOT DEPLOYED`` record,
+        so every later look at the job says ``failed`` and why."""
+        try:
+            if "cut short" in trace:
+                transport.exec(["rm", "-f", "--", f"{control}/bundle.zip"], timeout=30).check()
+            message = f"NOT DEPLOYED: {trace}; nothing was run. Launch again."
+            for name, record in not_deployed_records(message, time.time()).items():
+                data = json.dumps(record, indent=1, sort_keys=True).encode()
+                transport.write_bytes(f"{control}/{name}", data)
+        except (TransportError, OSError) as exc:
+            trace += f" (it could not be recorded in {control}: {exc})"
+        return Recovered(False, trace)
+
+    @staticmethod
+    def _look(
+        transport: Transport, control: str, bundle_size: int | None
+    ) -> tuple[Recovered | None, str | None]:
+        """One look: a verdict, or what was seen (a verdict once it holds for a while)."""
+        status = _read_json(transport, f"{control}/status.json")
+        if status is not None and status.get("agent_pid") is not None:
+            record = {"agent_pid": int(status["agent_pid"]), "boot_id": status.get("boot_id")}
+            return Recovered(True, "its agent reported in status.json", record), None
+        ended = _read_json(transport, f"{control}/exit.json")
+        if ended is not None:
+            error = _read_json(transport, f"{control}/error.json") or {}
+            if error.get("kind") == "not_deployed":
+                return Recovered(False, str(error.get("message") or "NOT DEPLOYED")), None
+            return Recovered(True, "it already ended (exit.json)", {"agent_pid": None}), None
+        bundle = transport.stat(f"{control}/bundle.zip")
+        if bundle is not None and bundle_size is not None and bundle.size < bundle_size:
+            return None, (
+                f"the launch bundle arrived cut short ({bundle.size} of {bundle_size} bytes), "
+                "so nothing of it ran"
+            )
+        if bundle is not None or transport.stat(f"{control}/agent.log") is not None:
+            return None, f"the launch reached {control} but the agent has not reported yet"
+        return None, f"the launch command left no trace in {control}"
 
 
 class TmuxLauncher(DetachedLauncher):

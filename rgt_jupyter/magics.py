@@ -344,7 +344,10 @@ class RgtMagics(Magics):
                 try:
                     kind, value = events.get(timeout=0.25)
                 except queue.Empty:
-                    if snap.terminal and events.empty():
+                    # Ended, and the watcher handed over the whole log (it ends the
+                    # subscription then), or it stopped and will hand over nothing more.
+                    drained = not watch.subscribed(key) or watch.stopped
+                    if snap.terminal and drained and events.empty():
                         break
                     continue
                 if kind == "lines":

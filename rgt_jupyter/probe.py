@@ -2,10 +2,12 @@
 
 Given the control dirs of the jobs a watcher follows on a machine, with the byte offsets it has
 already read of each job's ``log`` and ``progress.jsonl``, :func:`probe` returns in one answer what
-the status rules need: the agent's records, whether its process is alive (checked before
-``exit.json`` is read, so a job that ends between the two reads is never taken for lost), the new
-log and progress bytes from those offsets (so the bytes moved grow with new output, not with the
-log's size), and the last change of the log and the checkpoint dir (for stall detection).
+the status rules need: the agent's records, whether its process is alive and is the job's agent
+(its command line names the control dir; checked before ``exit.json`` is read, so a job that ends
+between the two reads is never taken for lost), the machine's uptime (heartbeats are aged by it),
+the new log and progress bytes from those offsets (so the bytes moved grow with new output, not
+with the log's size; the rest of a line longer than what is shown is passed over here), and the
+last change of the log and the checkpoint dir (for stall detection).
 
 Locally the watcher calls :func:`probe` in process; over SSH it runs this file's source with
 ``python3 -c`` on one channel of the existing connection, the request on stdin, the answer on
@@ -22,6 +24,8 @@ from typing import Any, Dict, List, Optional
 
 #: At most this many new bytes of a log are returned per look; the rest comes with the next one.
 MAX_CHUNK = 1 << 20
+#: At most this many bytes of an overlong line are passed over per look (see :func:`read_from`).
+MAX_SKIP = 1 << 30
 
 
 def _text(path: str, limit: int = 1 << 20) -> Optional[str]:
@@ -30,6 +34,13 @@ def _text(path: str, limit: int = 1 << 20) -> Optional[str]:
             return fh.read(limit).decode("utf-8", "replace")
     except OSError:
         return None
+
+
+def _pid(value: Any) -> Optional[int]:
+    """``value`` when it is a process id, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1 << 22:
+        return None
+    return value
 
 
 def _alive(pid: Any, start_ticks: Any) -> bool:
@@ -41,7 +52,26 @@ def _alive(pid: Any, start_ticks: Any) -> bool:
     fields = text[text.rindex(")") + 2 :].split()
     if fields[0] in ("Z", "X"):
         return False
-    return start_ticks is None or int(fields[19]) == int(start_ticks)
+    try:
+        return start_ticks is None or int(fields[19]) == int(start_ticks)
+    except (ValueError, TypeError, OverflowError):
+        return False
+
+
+def process_kind(pid: int, start_ticks: Any, control: str) -> str:
+    """``agent`` when ``pid`` is alive (started at ``start_ticks``, when given) and its command
+    line names the control dir, ``other`` when it is alive but another process, else ``gone``."""
+    if not _alive(pid, start_ticks):
+        return "gone"
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            cmdline = fh.read()
+    except FileNotFoundError:
+        return "gone"
+    except OSError:
+        return "agent"  # the command line is hidden here: the pid and its start time decide
+    name = control.rstrip("/").rsplit("/", 1)[-1]
+    return "agent" if name.encode() in cmdline else "other"
 
 
 def _mtime(path: Optional[str]) -> Optional[float]:
@@ -54,13 +84,23 @@ def _mtime(path: Optional[str]) -> Optional[float]:
 
 
 def read_from(
-    path: str, offset: int, limit: int = MAX_CHUNK, encode: bool = True
+    path: str, offset: int, limit: int = MAX_CHUNK, encode: bool = True, skip: bool = False
 ) -> Dict[str, Any]:
     """New bytes of ``path`` from ``offset`` (a negative offset: start that many bytes before the
-    end, at the next line). ``offset`` in the answer is where ``data`` starts; a file that shrank
-    (rewritten) is read again from 0 and says so with ``reset``. ``data`` is base64 text when
-    ``encode`` (for JSON), else bytes."""
-    out: Dict[str, Any] = {"size": None, "mtime": None, "offset": 0, "data": b"", "reset": False}
+    end, at the next line, or inside one line that fills the whole window). ``offset`` in the
+    answer is where the read began; a file that shrank (rewritten) is read again from 0 and says
+    so with ``reset``. ``skip``: the reader holds all it shows of the line at ``offset``, so the
+    bytes up to its next newline or carriage return (at most ``MAX_SKIP``) are passed over here,
+    on the machine that has the file, and counted in ``skipped``; ``data`` begins after them.
+    ``data`` is base64 text when ``encode`` (for JSON), else bytes."""
+    out: Dict[str, Any] = {
+        "size": None,
+        "mtime": None,
+        "offset": 0,
+        "skipped": 0,
+        "data": b"",
+        "reset": False,
+    }
     try:
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
@@ -71,14 +111,24 @@ def read_from(
                 if start > 0:
                     fh.seek(start - 1)
                     if fh.read(1) != b"\n":
-                        line = fh.readline()
-                        start += len(line)
+                        line = fh.readline(st.st_size - start)
+                        if line.endswith(b"\n"):
+                            start += len(line)
             elif start > st.st_size:
                 start, out["reset"] = 0, True
+                skip = False
             fh.seek(start)
-            data = fh.read(min(limit, max(0, st.st_size - start)))
-            out["offset"] = start
-            out["data"] = data
+            skipped = 0
+            while skip and skipped < MAX_SKIP and start + skipped < st.st_size:
+                block = fh.read(min(1 << 20, st.st_size - start - skipped))
+                ends = [i for i in (block.find(b"\n"), block.find(b"\r")) if i >= 0]
+                if ends:
+                    skipped += min(ends)
+                    break
+                skipped += len(block)
+            fh.seek(start + skipped)
+            out["offset"], out["skipped"] = start, skipped
+            out["data"] = fh.read(min(limit, max(0, st.st_size - start - skipped)))
     except OSError:
         pass
     if encode:
@@ -90,24 +140,35 @@ def probe_one(item: Dict[str, Any], encode: bool = True) -> Dict[str, Any]:
     """One job's records; see the module docstring."""
     control = item["control"]
     status = _text(os.path.join(control, "status.json"))
-    pid, ticks = item.get("pid"), None
+    launched = _pid(item.get("pid"))
+    pid, ticks = launched, None
     if status:
         try:
             rec = json.loads(status)
-            pid, ticks = rec.get("agent_pid", pid), rec.get("agent_start_ticks")
-        except ValueError:
-            pass
-    alive = _alive(pid, ticks) if pid is not None else None
+        except (ValueError, RecursionError):
+            rec = None
+        if isinstance(rec, dict) and "agent_pid" in rec:
+            pid, ticks = _pid(rec["agent_pid"]), rec.get("agent_start_ticks")
+    procs = {}  # type: Dict[str, str]
+    if pid is not None:
+        procs[str(pid)] = process_kind(pid, ticks, control)
+    if launched is not None and str(launched) not in procs:
+        procs[str(launched)] = process_kind(launched, None, control)
+    alive = procs[str(pid)] == "agent" if pid is not None else None
     exit_text = _text(os.path.join(control, "exit.json"))  # after the liveness check
     out = {
         "status": status,
         "alive": alive,
+        "procs": procs,
         "exit": exit_text,
         "heartbeat": _text(os.path.join(control, "heartbeat.json")),
         "resources": _text(os.path.join(control, "resources.json")),
         "error": _text(os.path.join(control, "error.json")) if exit_text else None,
         "log": read_from(
-            os.path.join(control, "log"), int(item.get("log_offset", 0)), encode=encode
+            os.path.join(control, "log"),
+            int(item.get("log_offset", 0)),
+            encode=encode,
+            skip=bool(item.get("log_skip")),
         ),
         "progress": read_from(
             os.path.join(control, "progress.jsonl"),
@@ -129,6 +190,7 @@ def probe(items: List[Dict[str, Any]], encode: bool = True) -> Dict[str, Any]:
     boot = _text("/proc/sys/kernel/random/boot_id")
     return {
         "boot_id": boot.strip() if boot else None,
+        "uptime": _text("/proc/uptime"),
         "jobs": [probe_one(item, encode) for item in items],
     }
 

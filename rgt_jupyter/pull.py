@@ -7,10 +7,17 @@ checkpoint is then loaded in a separate, time-limited process with ``weights_onl
 is ``verified`` only when every hash matches and every checkpoint loads. The whole run dir is
 assembled under a hidden partial name and renamed into place at the end; an existing run is never
 touched, and a second pull mints a new run id.
+
+The destination's room (bytes and inodes) is checked before anything is written. A disk that
+fills up anyway (another writer) ends the pull with what is kept and what is still needed; the
+parts that landed are resumed by the next pull. A part whose fsync failed is discarded instead:
+the disk did not confirm its bytes, so they are never renamed into place nor resumed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -24,14 +31,22 @@ from typing import Any
 
 from .agent import sha256_file
 from .errors import PullError, TransportError
-from .fsutil import SyncBehind, atomic_write_bytes, fsync_dir
-from .project import runs_dir
+from .fsutil import SyncBehind, UnconfirmedWrite, atomic_write_bytes, fsync_dir, fsync_file
+from .project import partial_dir, runs_dir, settle_interrupted_pull
 from .provenance import build_run_json
 from .registry import Registry
 from .transport import Transport, get_transport
 
 CKPT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
 ProgressFn = Callable[[int, int, str], None]
+
+#: One pull takes at most this many files: past it, per-file work (a fsync, a rename, a hash
+#: each) takes hours and a listing that claims more is more likely hostile than useful.
+MAX_LISTING_FILES = 100_000
+#: The listing's JSON is refused unread past this size: parsed, it takes several times as much
+#: memory (a listing of MAX_LISTING_FILES files with ordinary names is some 30 MB).
+MAX_LISTING_BYTES = 128 << 20
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def is_checkpoint(rel: str) -> bool:
@@ -70,6 +85,12 @@ def remote_listing(transport: Transport, spec: dict[str, Any]) -> dict[str, Any]
         f"checkpoints={spec['ckpt_dir']}",
     ]
     result = transport.exec(argv, timeout=3600).check()
+    if len(result.stdout) > MAX_LISTING_BYTES:
+        raise PullError(
+            f"the remote listing of job {spec['job_id']} is {len(result.stdout)} bytes, more than "
+            f"the {MAX_LISTING_BYTES} a pull reads; nothing was written. Archive the job's files "
+            "into fewer (a tar per folder, in the job) and pull again."
+        )
     listing: dict[str, Any] = json.loads(result.stdout)
     return listing
 
@@ -87,8 +108,9 @@ def check_space(dest_root: Path, nbytes: int, nfiles: int) -> None:
         )
     if st.f_files and nfiles + 16 > st.f_favail:
         raise PullError(
-            f"not enough inodes in {dest_root}: the pull needs {nfiles + 16} files, "
-            f"{st.f_favail} inodes are free. Pull elsewhere with --to DIR."
+            f"not enough inodes in {dest_root}: the pull needs {nfiles + 16} inodes ({nfiles} "
+            f"files, their folders and the run's records), {st.f_favail} are free. Free some "
+            "there (delete files) or pull elsewhere with --to DIR."
         )
 
 
@@ -123,12 +145,14 @@ def load_checkpoints(paths: list[Path], timeout: float) -> dict[str, dict[str, A
     return results
 
 
-def _sidecar_sha(transport: Transport, spec: dict[str, Any], rel: str) -> str | None:
-    """The sha256 recorded by ``save_checkpoint`` for checkpoints/<name>, if any."""
+def _sidecar_sha(transport: Transport, spec: dict[str, Any], rel: str) -> list[str] | None:
+    """The sha256 values recorded by ``save_checkpoint`` for checkpoints/<name>, if any (two
+    when the job was stopped while replacing a checkpoint of the same step)."""
     if not rel.startswith("checkpoints/") or rel.endswith(".sha256"):
         return None
     text = transport.read_text(f"{spec['ckpt_dir']}/{rel[len('checkpoints/') :]}.sha256")
-    return text.split()[0] if text and text.split() else None
+    shas = [line.split()[0] for line in (text or "").splitlines() if line.split()]
+    return shas or None
 
 
 def _claim_run_dir(root: Path, job_id: str, taken: set[str]) -> tuple[str, Path]:
@@ -155,7 +179,14 @@ MAX_RELPATH_BYTES = 3072
 
 def validate_listing(files: dict[str, dict[str, Any]], refused: list[str]) -> None:
     """Reject a remote listing whole, before any write: unsafe or unholdable names, duplicates
-    after normalisation, symlinks, sizes that are not plain non-negative integers."""
+    after normalisation, symlinks, sizes that are not plain non-negative integers, more files
+    than :data:`MAX_LISTING_FILES`."""
+    if len(files) > MAX_LISTING_FILES:
+        raise PullError(
+            f"the remote listing was rejected, nothing was written: it names {len(files)} files, "
+            f"more than the {MAX_LISTING_FILES} one pull takes. Archive them into fewer files "
+            "in the job (a tar per folder of small files) and pull again."
+        )
     problems = [f"{rel!r}: a symlink or special file" for rel in refused]
     seen: set[str] = set()
     for rel, entry in files.items():
@@ -218,7 +249,8 @@ def _fetch(
 
     Returns (sha256, size, bytes sent over the transport now). The part's bytes are re-hashed
     before they are trusted; a part longer than the source is discarded. ``progress`` hears the
-    bytes of this file in hand after every chunk.
+    bytes of this file in hand after every chunk. A failed fsync (or background fdatasync)
+    removes the part and raises :class:`UnconfirmedWrite`; a full disk leaves the part to resume.
     """
     part = dest.with_name(dest.name + ".part")
     part.parent.mkdir(parents=True, exist_ok=True)
@@ -235,20 +267,24 @@ def _fetch(
     with transport.open_read(src, offset=have) as fin, open(part, "ab" if have else "wb") as out:
         behind = SyncBehind(out.fileno())
         try:
-            while True:
-                count = fin.readinto(view)
-                if not count:
-                    break
-                sha.update(view[:count])
-                sent += count
-                out.write(view[:count])
-                behind.wrote(count)
-                if progress is not None:
-                    progress(have + sent)
-            out.flush()
-        finally:
-            behind.close()
-        os.fsync(out.fileno())
+            try:
+                while True:
+                    count = fin.readinto(view)
+                    if not count:
+                        break
+                    sha.update(view[:count])
+                    sent += count
+                    out.write(view[:count])
+                    behind.wrote(count)
+                    if progress is not None:
+                        progress(have + sent)
+                out.flush()
+            finally:
+                behind.close()
+            fsync_file(out.fileno())
+        except UnconfirmedWrite:
+            part.unlink(missing_ok=True)  # never renamed, never resumed: see UnconfirmedWrite
+            raise
     return sha.hexdigest(), have + sent, sent
 
 
@@ -258,7 +294,7 @@ def _judge(
     size: int,
     entry: dict[str, Any],
     end_manifest: dict[str, Any] | None,
-    recorded: str | None,
+    recorded: list[str] | None,
 ) -> tuple[str | None, str]:
     """Why the bytes that arrived cannot be trusted (None when they can), and what was expected."""
     if (got != entry["sha256"] or size != int(entry["size"])) and entry.get("reused"):
@@ -277,8 +313,8 @@ def _judge(
             f"({end_manifest[rel]['size']} bytes written, {size} now)",
             end_manifest[rel]["sha256"],
         )
-    if recorded is not None and recorded != got:
-        return "does not match the sha256 recorded when it was saved", recorded
+    if recorded is not None and got not in recorded:
+        return "does not match the sha256 recorded when it was saved", recorded[0]
     return None, got
 
 
@@ -329,6 +365,17 @@ def transfer(
             except FileNotFoundError:
                 mismatches.append({"path": rel, "reason": "vanished at the source during the pull"})
                 continue
+            except UnconfirmedWrite as exc:
+                if exc.errno in _FULL:
+                    raise  # the disk filled up: said as such by pull()
+                raise PullError(
+                    f"the disk did not confirm the write of {rel} ({exc.strerror}): once a "
+                    "flush to disk failed its bytes cannot be trusted, so they were discarded, "
+                    "never renamed into place. Nothing was verified or recorded; the files that "
+                    f"landed before it are kept in {partial} and resumed by the next pull. If "
+                    "this happens again the disk is failing: check it (dmesg), or pull elsewhere "
+                    "with --to DIR."
+                ) from exc
             sent_now += sent
             reason, expected = _judge(
                 rel, got, size, entry, end_manifest, _sidecar_sha(transport, spec, rel)
@@ -364,10 +411,19 @@ def pull(
     to: Path | None = None,
     on_progress: ProgressFn | None = None,
 ) -> Path:
-    """Pull a job into a new run dir and return its path (see the module docstring)."""
+    """Pull a job into a new run dir and return its path (see the module docstring).
+
+    A pull of this job that was killed is settled first
+    (:func:`.project.settle_interrupted_pull`): when its run had landed whole, that run is
+    registered and returned; otherwise this pull resumes from what it had fetched.
+    """
     from .status import observe
 
     spec = row["spec"]
+    root = (to if to is not None else runs_dir(project)).resolve()
+    adopted = settle_interrupted_pull(root, spec["job_id"], Registry(project))
+    if adopted:
+        return adopted[-1]
     transport = get_transport(spec["transport"], spec.get("host_alias"), project)
     snap = observe(transport, spec)
     if not snap.terminal:
@@ -386,14 +442,68 @@ def pull(
             f"job {spec['job_id']} wrote nothing to $RGT_OUT or its checkpoint dir: "
             "there is nothing to pull"
         )
-    root = (to if to is not None else runs_dir(project)).resolve()
     # One partial folder per job, beside the runs: an interrupted pull resumes from it.
-    partial = root / f".partial-{spec['job_id']}"
+    partial = partial_dir(root, spec["job_id"])
     already = (
         sum(p.stat().st_size for p in partial.rglob("*") if p.is_file()) if partial.exists() else 0
     )
     total = sum(int(f["size"]) for f in files.values())
     check_space(root, max(0, total - already), len(files))
+    try:
+        return _land(row, project, transport, snap.state, files, end_manifest, root, on_progress)
+    except OSError as exc:
+        if exc.errno not in _FULL:
+            raise
+        raise _disk_filled(spec["job_id"], root, files, exc) from exc
+
+
+def _disk_filled(
+    job_id: str, root: Path, files: dict[str, dict[str, Any]], exc: OSError
+) -> PullError:
+    """What a pull that ran out of room (bytes or inodes) midway says: what it still needs, what
+    is free now, what is kept."""
+    partial = partial_dir(root, job_id)
+    need_bytes = need_files = 0
+    for rel, entry in files.items():
+        dest = partial / safe_relpath(rel)
+        part = dest.with_name(dest.name + ".part")
+        if dest.is_file():
+            continue
+        have = part.stat().st_size if part.is_file() else 0
+        need_bytes += max(0, int(entry["size"]) - have)
+        need_files += 0 if part.is_file() else 1
+    kept = (
+        sum(p.stat().st_size for p in partial.rglob("*") if p.is_file()) if partial.exists() else 0
+    )
+    total = sum(int(f["size"]) for f in files.values())
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    st = os.statvfs(existing)
+    return PullError(
+        f"the disk under {root} filled up during the pull of {job_id} ({exc.strerror}): the "
+        f"pull still needs {need_bytes} bytes and {need_files} inodes (files) there, and "
+        f"{st.f_bavail * st.f_frsize} bytes and {st.f_favail} inodes are free now. Nothing was "
+        f"verified or recorded; what landed ({kept} of {total} bytes) is kept in {partial} and "
+        "is hashed again and resumed by the next pull. Free some space there and pull again, "
+        "or pull elsewhere with --to DIR (from the start)."
+    )
+
+
+def _land(
+    row: dict[str, Any],
+    project: Path,
+    transport: Transport,
+    state: str,
+    files: dict[str, dict[str, Any]],
+    end_manifest: dict[str, Any] | None,
+    root: Path,
+    on_progress: ProgressFn | None,
+) -> Path:
+    """Transfer, verify and record the run: assembled in the partial folder, renamed into a
+    freshly claimed run dir, added to the registry. Returns the run dir."""
+    spec = row["spec"]
+    control = spec["control_dir"]
+    partial = partial_dir(root, spec["job_id"])
+    total = sum(int(f["size"]) for f in files.values())
     partial.mkdir(parents=True, exist_ok=True)
     try:
         moved = transfer(transport, spec, files, end_manifest, partial, on_progress)
@@ -442,35 +552,43 @@ def pull(
     }
     taken = {r["run_id"] for r in Registry(project).runs(spec["job_id"])}
     run_id, final = _claim_run_dir(root, spec["job_id"], taken)
-    _write_json(
-        partial / "manifest.json",
-        {
-            "schema": "rgt-manifest/1",
-            "run_id": run_id,
-            "files": sorted(landed, key=lambda e: e["path"]),
-            "totals": {"files": len(landed), "bytes": sum(e["size"] for e in landed)},
-            "unverified": mismatches,
-        },
-    )
-    _write_json(partial / "verification.json", verification)
-    exit_text = transport.read_text(f"{control}/exit.json")
-    env_text = transport.read_text(f"{control}/env.json")
-    torch_text = transport.read_text(f"{control}/torch.json")
-    config_path = partial / "outputs" / "config.json"
-    run_json = build_run_json(
-        run_id=run_id,
-        spec=spec,
-        exit_rec=json.loads(exit_text) if exit_text else None,
-        env=json.loads(env_text) if env_text else None,
-        torch=json.loads(torch_text) if torch_text else None,
-        config=json.loads(config_path.read_text()) if config_path.exists() else None,
-        verification=verification,
-        pulled_at=time.time(),
-    )
-    run_json["state_at_pull"] = snap.state
-    _write_json(partial / "run.json", run_json)
-    fsync_dir(partial)
-    os.rename(partial, final)  # replaces the empty folder that claimed the name
+    try:
+        _write_json(
+            partial / "manifest.json",
+            {
+                "schema": "rgt-manifest/1",
+                "run_id": run_id,
+                "files": sorted(landed, key=lambda e: e["path"]),
+                "totals": {"files": len(landed), "bytes": sum(e["size"] for e in landed)},
+                "unverified": mismatches,
+            },
+        )
+        _write_json(partial / "verification.json", verification)
+        from .status import read_record
+
+        # The job's machine wrote these: one that cannot be read is left out, not trusted.
+        exit_rec = read_record(transport, f"{control}/exit.json")[0]
+        env_rec = read_record(transport, f"{control}/env.json")[0]
+        torch_rec = read_record(transport, f"{control}/torch.json")[0]
+        config_path = partial / "outputs" / "config.json"
+        run_json = build_run_json(
+            run_id=run_id,
+            spec=spec,
+            exit_rec=exit_rec,
+            env=env_rec,
+            torch=torch_rec,
+            config=json.loads(config_path.read_text()) if config_path.exists() else None,
+            verification=verification,
+            pulled_at=time.time(),
+        )
+        run_json["state_at_pull"] = state
+        _write_json(partial / "run.json", run_json)
+        fsync_dir(partial)
+        os.rename(partial, final)  # replaces the empty folder that claimed the name
+    except BaseException:
+        with contextlib.suppress(OSError):
+            final.rmdir()  # the empty folder that claimed the name, when the rename never came
+        raise
     fsync_dir(root)
     Registry(project).add_run(run_id, spec["job_id"], final, verified)
     return final

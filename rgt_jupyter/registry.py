@@ -94,6 +94,15 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 
+@contextmanager
+def _atomic(db: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction: every statement in it lands, or none does (a writer killed
+    midway included; the connection is closed without the COMMIT, which rolls it back)."""
+    db.execute("BEGIN IMMEDIATE")
+    yield
+    db.execute("COMMIT")
+
+
 class Registry:
     """Access to one project's registry file."""
 
@@ -126,8 +135,7 @@ class Registry:
     ) -> None:
         """Insert a new job in state ``queued`` and record a ``created`` event."""
         now = time.time()
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+        with self._connect() as db, _atomic(db):
             db.execute(
                 "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (
@@ -147,12 +155,10 @@ class Registry:
                 "INSERT INTO events (job_id, at, kind, data) VALUES (?,?,?,?)",
                 (job_id, now, "created", json.dumps({"attempt": attempt})),
             )
-            db.execute("COMMIT")
 
     def update_spec(self, job_id: str, **fields: Any) -> None:
         """Merge ``fields`` into a job's spec."""
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+        with self._connect() as db, _atomic(db):
             row = db.execute("SELECT spec FROM jobs WHERE id=?", (job_id,)).fetchone()
             spec = json.loads(row["spec"])
             spec.update(fields)
@@ -160,12 +166,10 @@ class Registry:
                 "UPDATE jobs SET spec=?, updated_at=? WHERE id=?",
                 (json.dumps(spec, sort_keys=True), time.time(), job_id),
             )
-            db.execute("COMMIT")
 
     def set_state(self, job_id: str, state: str, **data: Any) -> bool:
         """Record an observed state; returns True (and logs an event) when it changed."""
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+        with self._connect() as db, _atomic(db):
             row = db.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
             changed = row is not None and row["state"] != state
             if changed:
@@ -175,7 +179,6 @@ class Registry:
                     "INSERT INTO events (job_id, at, kind, data) VALUES (?,?,?,?)",
                     (job_id, now, "state", json.dumps({"state": state, **data})),
                 )
-            db.execute("COMMIT")
         return changed
 
     def event(self, job_id: str, kind: str, **data: Any) -> None:
@@ -225,8 +228,8 @@ class Registry:
         return [_row(r) for r in rows]
 
     def add_run(self, run_id: str, job_id: str, path: Path, verified: bool) -> None:
-        """Record a pulled run."""
-        with self._connect() as db:
+        """Record a pulled run and its ``pulled`` event, both or neither."""
+        with self._connect() as db, _atomic(db):
             db.execute(
                 "INSERT INTO runs VALUES (?,?,?,?,?)",
                 (run_id, job_id, str(path), int(verified), time.time()),

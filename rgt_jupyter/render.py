@@ -7,7 +7,7 @@ import math
 import os
 from typing import Any
 
-from .status import ANSI_RE, Snapshot
+from .status import Snapshot, clean_text, finite
 
 _COLORS = {
     "queued": "#888",
@@ -19,6 +19,8 @@ _COLORS = {
     "stalled": "#9a6700",
 }
 RED, CYAN, RESET = "\x1b[31m", "\x1b[36m", "\x1b[0m"
+#: A line of source shown in a traceback is cut at this many characters.
+MAX_TEXT = 400
 
 
 def _dur(seconds: float | None) -> str:
@@ -30,36 +32,69 @@ def _dur(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    """A value of a record as safe, short text."""
+    text = clean_text(value if isinstance(value, str) else repr(value))
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _count(number: float) -> str:
+    """A step or a total as the job gave it: whole numbers without a decimal point."""
+    return f"{number:.0f}" if number.is_integer() and abs(number) < 1e15 else f"{number:.6g}"
+
+
+#: At most this many metrics of a progress record are shown.
+MAX_METRICS = 12
+
+
 def progress_text(progress: dict[str, Any] | None) -> str:
     """``step 40/100 (40%)  loss=0.1234`` from the newest progress record."""
     if not progress:
         return "no progress reported yet"
-    step, total = progress.get("step", 0), progress.get("total")
-    text = f"step {step}/{total} ({100 * step / total:.0f}%)" if total else f"step {step}"
-    metrics = [
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-        for k, v in progress.items()
-        if k not in ("t", "step", "total")
-    ]
-    return "  ".join([text, *metrics])
+    step, total = finite(progress.get("step")), finite(progress.get("total"))
+    if step is None:
+        return "no progress reported yet"
+    text = (
+        f"step {_count(step)}/{_count(total)} ({100 * step / total:.0f}%)"
+        if total and total > 0
+        else f"step {_count(step)}"
+    )
+    metrics = []
+    for k, v in list(progress.items())[: MAX_METRICS + 3]:
+        if k in ("t", "step", "total"):
+            continue
+        number = finite(v)
+        if isinstance(v, float) and number is not None:
+            metrics.append(f"{_short(k, 30)}={v:.4g}")
+        else:
+            metrics.append(f"{_short(k, 30)}={_short(v, 40)}")
+    return "  ".join([text, *metrics[:MAX_METRICS]])
 
 
 def resources_text(res: dict[str, Any] | None) -> str:
     """``GPU 0: 87% · 12.3/80.0 GiB; memory 3.1/16.0 GiB (19%)`` from the agent's last sample
     (empty when it sampled nothing); memory above 90 % of the cgroup's limit is flagged."""
-    if not res:
+    if not isinstance(res, dict):
         return ""
     parts = []
-    for gpu in res.get("gpus") or []:
+    gpus = res.get("gpus")
+    for gpu in gpus[:16] if isinstance(gpus, list) else []:
+        if not isinstance(gpu, dict):
+            continue
+        util = finite(gpu.get("util")) or 0.0
+        used = finite(gpu.get("mem_used_mib")) or 0.0
+        total = finite(gpu.get("mem_total_mib")) or 0.0
         parts.append(
-            f"GPU {gpu.get('index')}: {gpu.get('util', 0):.0f}% · "
-            f"{gpu.get('mem_used_mib', 0) / 1024:.1f}/{gpu.get('mem_total_mib', 0) / 1024:.1f} GiB"
+            f"GPU {_short(gpu.get('index'), 8)}: {util:.0f}% · "
+            f"{used / 1024:.1f}/{total / 1024:.1f} GiB"
         )
-    mem = res.get("memory") or {}
-    if mem.get("current") and mem.get("max"):
-        share = mem["current"] / mem["max"]
+    mem = res.get("memory")
+    current = finite(mem.get("current")) if isinstance(mem, dict) else None
+    limit = finite(mem.get("max")) if isinstance(mem, dict) else None
+    if current and limit:
+        share = current / limit
         parts.append(
-            f"memory {mem['current'] / 2**30:.1f}/{mem['max'] / 2**30:.1f} GiB ({share:.0%})"
+            f"memory {current / 2**30:.1f}/{limit / 2**30:.1f} GiB ({share:.0%})"
             + (" - near the cgroup limit: OOM risk" if share > 0.9 else "")
         )
     return "; ".join(parts)
@@ -138,7 +173,7 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
     if snap.scheduler or snap.restarts:
         lines.append(f"  scheduler: {scheduler_text(snap)}")
     if snap.diagnosis:
-        lines.append(f"  diagnosis: {snap.diagnosis}")
+        lines.append(f"  diagnosis: {clean_text(snap.diagnosis)}")
     if resources_text(snap.resources):
         lines.append(f"  resources: {resources_text(snap.resources)}")
     if snap.watcher:
@@ -182,10 +217,11 @@ def snapshot_html(
     ]
     if not header:
         rows = rows[1:]
-    total = (snap.progress or {}).get("total")
-    if total and header:
+    total = finite((snap.progress or {}).get("total"))
+    step = finite((snap.progress or {}).get("step"))
+    if total and total > 0 and step is not None and header:
         rows.append(
-            f"<progress value='{snap.progress['step']}' max='{total}' "  # type: ignore[index]
+            f"<progress value='{min(max(step, 0.0), total):g}' max='{total:g}' "
             "style='width:100%'></progress>"
         )
     if snap.scheduler or snap.restarts:
@@ -195,7 +231,7 @@ def snapshot_html(
     if resources_text(snap.resources):
         rows.append(f"<div class='rgt-resources'>{e(resources_text(snap.resources))}</div>")
     if snap.diagnosis:
-        rows.append(f"<div class='rgt-diagnosis'><i>{e(snap.diagnosis)}</i></div>")
+        rows.append(f"<div class='rgt-diagnosis'><i>{e(clean_text(snap.diagnosis))}</i></div>")
     if snap.watcher:
         rows.append(f"<div style='color:#666'>{e(snap.watcher)}</div>")
     if snap.audit:
@@ -216,8 +252,9 @@ def snapshot_html(
 
 
 def strip_ansi(text: str) -> str:
-    """Remove ANSI escape codes (colours in traceback lines)."""
-    return ANSI_RE.sub("", text)
+    """Remove terminal control sequences (colours in traceback lines, and any a job wrote:
+    cursor movement, titles, hyperlinks, clipboard writes) and control characters."""
+    return "\n".join(clean_text(line) for line in text.split("\n"))
 
 
 def traceback_lines(
@@ -229,38 +266,45 @@ def traceback_lines(
     notebook cell (the ``%%remote_run`` line included); other frames keep their file names.
     """
     program = os.path.abspath(program)
+    error = error if isinstance(error, dict) else {}
     out = [
         f"{RED}{'-' * 75}{RESET}",
-        f"{RED}{error.get('type')}{RESET}  (raised in job {job_id} on {host})",
+        f"{RED}{_short(error.get('type'), 200)}{RESET}  (raised in job {job_id} on {host})",
     ]
-    syntax = error.get("syntax")
-    frames = error.get("frames") or []
-    for frame in frames:
-        if os.path.abspath(str(frame.get("file"))) == program:
+    syntax = error.get("syntax") if isinstance(error.get("syntax"), dict) else None
+    listed = error.get("frames")
+    frames: list[Any] = listed[:200] if isinstance(listed, list) else []
+    for frame in (f for f in frames if isinstance(f, dict)):
+        line = finite(frame.get("line"))
+        if os.path.abspath(str(frame.get("file"))) == program and line is not None:
             out.append(
-                f"{CYAN}Cell {label}, line {int(frame['line']) + line_offset}{RESET}, "
-                f"in {frame.get('name')}"
+                f"{CYAN}Cell {label}, line {int(line) + line_offset}{RESET}, "
+                f"in {_short(frame.get('name'), 200)}"
             )
         else:
             out.append(
-                f"  File {frame.get('file')!r}, line {frame.get('line')}, in {frame.get('name')}"
+                f"  File {_short(str(frame.get('file')), 300)!r}, line "
+                f"{_short(frame.get('line'), 20)}, in {_short(frame.get('name'), 200)}"
             )
         if frame.get("text"):
-            out.append(f"    {frame['text']}")
+            out.append(f"    {_short(frame['text'], MAX_TEXT)}")
     if syntax:
+        line = finite(syntax.get("line"))
         where = (
-            f"Cell {label}, line {int(syntax['line']) + line_offset}"
-            if syntax.get("line") is not None
-            and os.path.abspath(str(syntax.get("file"))) == program
-            else f"File {syntax.get('file')!r}, line {syntax.get('line')}"
+            f"Cell {label}, line {int(line) + line_offset}"
+            if line is not None and os.path.abspath(str(syntax.get("file"))) == program
+            else f"File {_short(str(syntax.get('file')), 300)!r}, line "
+            f"{_short(syntax.get('line'), 20)}"
         )
         out.append(f"{CYAN}{where}{RESET}")
-        text = (syntax.get("text") or "").rstrip("\n")
+        text = clean_text(str(syntax.get("text") or "")).rstrip("\n")[:MAX_TEXT]
         if text:
             out.append(f"    {text}")
-            if syntax.get("offset"):
-                out.append("    " + " " * (int(syntax["offset"]) - 1) + "^")
-    out.append(f"{RED}{error.get('type')}{RESET}: {error.get('message')}")
+            offset = finite(syntax.get("offset"))
+            if offset and 0 < offset <= len(text) + 1:
+                out.append("    " + " " * (int(offset) - 1) + "^")
+    message = "\n".join(clean_text(m) for m in str(error.get("message")).split("\n")[:50])
+    out.append(f"{RED}{_short(error.get('type'), 200)}{RESET}: {message[: MAX_TEXT * 10]}")
     return out
 
 

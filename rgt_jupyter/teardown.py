@@ -11,7 +11,10 @@ from what a remote claims. For every job of the machine (the latest attempt of e
 5. the code deployed on the machine is the code intended (re-hashed there now);
 6. no checkpoint appeared after the pull was verified.
 
-Approving needs all of them; overriding a failing gate needs the instance id typed. Every
+Approving needs all of them, and the approval is refused when, since the gate was computed, a
+file appeared or changed on the machine beyond the runs it covered (:func:`drift`: one listing
+per job, so a checkpoint written after the verification is never destroyed by an approval of
+the gate shown before it). Overriding a failing gate needs the instance id typed. Every
 decision (approve, override, refuse) is appended to the registry and to the ``run.json`` of every
 run it covers. :func:`stop_meter` is the one function that calls a platform's meter-stop verb,
 and it only runs with an approve or override record of a gate of the same machine.
@@ -252,7 +255,9 @@ def _job_checks(
         Check(
             CHECKS[1],
             not missing,
-            f"not pulled: {', '.join(missing[:5])}" if missing else f"{n} files of {jid} pulled",
+            f"not pulled: {', '.join(missing[:5])}"
+            if missing
+            else f"{n - len(newer)} files of {jid} pulled",
             jid,
         )
     )
@@ -356,6 +361,52 @@ def compute_gate(row: dict[str, Any], project: Path) -> Gate:
     )
 
 
+def drift(gate: Gate, project: Path) -> dict[str, list[str]]:
+    """What no longer holds of a passing ``gate``: each file that appeared or changed on the
+    machine beyond the run the gate covered for its job (by the name of the job to pull again),
+    and under ``""`` a job pulled since, jobs that came since, a machine that cannot be listed.
+    Cheap enough to run before every approval: one agent listing per job (end-of-job hashes
+    are reused for files untouched since), no checkpoint load."""
+    from .pull import remote_listing
+
+    jobs = jobs_of(gate.machine, project)
+    if sorted(j["id"] for j in jobs) != sorted(gate.jobs):
+        new = sorted({j["id"] for j in jobs} - set(gate.jobs))
+        came = f": {', '.join(new)} came" if new else ""
+        return {"": [f"the machine's jobs changed since the gate was computed{came}"]}
+    if not gate.machine.profile.metered:
+        return {}  # the gate does not cover files here: its meter-stop verb destroys nothing
+    registry = Registry(project)
+    out: dict[str, list[str]] = {}
+    transports: dict[tuple[str, str], Transport] = {}
+    for job in jobs:
+        spec, jid, name = job["spec"], job["id"], job["name"]
+        runs = registry.runs(jid)
+        covered = gate.runs.get(jid)
+        if covered is not None and (not runs or runs[-1]["path"] != covered):
+            out.setdefault("", []).append(f"{name} was pulled again since the gate was computed")
+            continue
+        key = (spec["transport"], spec.get("host_alias") or "")
+        try:
+            if key not in transports:
+                transports[key] = get_transport(spec["transport"], spec.get("host_alias"), project)
+            listing = remote_listing(transports[key], spec)["files"]
+        except RgtError as exc:
+            out.setdefault("", []).append(f"the machine could not be listed for {name} ({exc})")
+            continue
+        pulled: dict[str, Any] = {}
+        if covered is not None:
+            manifest = json.loads((Path(covered) / "manifest.json").read_text())
+            pulled = {e["path"]: e["sha256"] for e in manifest["files"]}
+        since = f"after the pull of {name} was verified" if covered else f"({name} had left none)"
+        for rel, entry in sorted(listing.items()):
+            if rel not in pulled:
+                out.setdefault(name, []).append(f"{rel} appeared on the machine {since}")
+            elif pulled[rel] != entry["sha256"]:
+                out.setdefault(name, []).append(f"{rel} of {name} changed since it was pulled")
+    return out
+
+
 # -- decisions ----------------------------------------------------------------------------
 
 
@@ -381,6 +432,18 @@ def decide(
             + "\n  ".join(gate.reasons())
             + f"\nFix these, or override by typing the instance id ({gate.machine.platform_id})"
         )
+    if decision == "approve":
+        changed = drift(gate, project)
+        if changed:
+            said = [line for lines in changed.values() for line in lines]
+            pulls = ", ".join(f"`rgt pull {name}`" for name in sorted(changed) if name)
+            raise UsageError(
+                "the gate no longer holds: "
+                + "; ".join(said[:6])
+                + (f" ({len(said) - 6} more)" if len(said) > 6 else "")
+                + (f". Pull again ({pulls}), then" if pulls else ". Then")
+                + " decide on the gate computed anew."
+            )
     if decision == "override" and typed.strip() != gate.machine.platform_id:
         raise UsageError(
             f"to override a failing gate, type the instance id exactly: {gate.machine.platform_id}"

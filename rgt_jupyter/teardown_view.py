@@ -104,6 +104,14 @@ class TeardownView:
             )
         except RgtError as exc:
             self._say(str(exc))
+            if decision == "approve" and self.gate.passed:
+                # Refused although the gate shown passed: the machine changed since. Show the
+                # gate as it is now, so that Approve stays disabled until a new pull covers it.
+                try:
+                    self.gate = compute_gate(self.row, self.project)
+                    self.checklist.value = gate_html(self.gate)
+                except RgtError as again:
+                    self._say(f"the gate could not be computed again: {again}")
             self._sync()
             return
         self._sync()

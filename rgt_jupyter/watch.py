@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .status import Snapshot
+from .status import Snapshot, progress_lines
 from .transport import FileStat, Transport
 from .watch_reads import CachedReads, Lines, as_bytes, clean_lines, probe_source
 
@@ -51,6 +51,8 @@ KEEP_ENDED = 500
 KEEP_RECORDS = 5000
 #: How many bytes a stream subscriber catching up from its stored offset reads per tick.
 CATCHUP_CHUNK = 4 << 20
+#: A progress record longer than this is not a record the job API writes: it is not parsed.
+PROGRESS_CAP = 16384
 #: A watcher is reported stopped when its last tick is older than 2 intervals and this slack
 #: (more than ``STAMP_EVERY_S``: the registry's stamp may lag the tick by that much).
 LIVENESS_SLACK_S = 10.0
@@ -64,6 +66,8 @@ class Subscription:
     callback: Callback
     on_lines: LinesCallback | None = None
     cursor: int | None = None  # next log byte this subscriber has not been given
+    #: Reads the log from ``cursor`` up to where the watcher's own reading began.
+    catchup: Lines | None = None
     resets: int = 0
     fingerprint: str | None = None
     shown_at: float = 0.0
@@ -75,7 +79,7 @@ class Followed:
 
     job: Job
     log: Lines = field(default_factory=lambda: Lines(-65536))
-    progress: Lines = field(default_factory=lambda: Lines(-16384, keep=2000))
+    progress: Lines = field(default_factory=lambda: Lines(-16384, keep=1, cap=PROGRESS_CAP))
     records: list[dict[str, Any]] = field(default_factory=list)
     snap: Snapshot | None = None
     done: bool = False
@@ -156,6 +160,12 @@ class Watcher:
         with self._lock:
             self._subs.pop(key, None)
 
+    def subscribed(self, key: int) -> bool:
+        """Whether a subscription is still served: the watcher ends it once its job ended and
+        every line of the log was handed over."""
+        with self._lock:
+            return key in self._subs
+
     def cached(self, job_id: str) -> Snapshot | None:
         """The newest snapshot of a followed job (no round trip)."""
         followed = self._followed.get(job_id)
@@ -229,7 +239,11 @@ class Watcher:
         try:
             while not self._stop.is_set():
                 with self._lock:
-                    if all(f.done for f in self._followed.values()):
+                    # Ended jobs whose views still read their log (from a stored offset) keep
+                    # the thread until those views have had every line.
+                    if all(f.done for f in self._followed.values()) and not any(
+                        s.catchup is not None for s in self._subs.values()
+                    ):
                         self._thread = None
                         return
                 busy = self.tick()
@@ -288,7 +302,9 @@ class Watcher:
         if self.last_tick - self._stamped >= STAMP_EVERY_S:
             self._stamp()
         changed = self._deliver() or moved
-        if any(f.log.pending for f in followed):
+        with self._lock:
+            catching_up = any(sub.catchup is not None for sub in self._subs.values())
+        if catching_up or any(f.log.pending for f in followed):
             return "more"
         return changed
 
@@ -330,6 +346,7 @@ class Watcher:
                 {
                     "control": spec["control_dir"],
                     "log_offset": f.log.offset,
+                    "log_skip": f.log.skippable,
                     "progress_offset": f.progress.offset,
                     "ckpt_dir": spec.get("ckpt_dir"),
                     "pid": spec.get("agent_pid"),
@@ -353,23 +370,19 @@ class Watcher:
             return
         for f, rec in zip(members, answer["jobs"], strict=False):
             try:
-                self._absorb(f, rec, answer.get("boot_id"), transport)
+                self._absorb(f, rec, answer, transport)
             except Exception as exc:  # noqa: BLE001 - one job's odd records spare the others
                 f.snap = self._unreachable(f, exc)
 
     def _absorb(
-        self, f: Followed, rec: dict[str, Any], boot: str | None, transport: Transport
+        self, f: Followed, rec: dict[str, Any], answer: dict[str, Any], transport: Transport
     ) -> None:
         spec = f.job.spec
         control = spec["control_dir"]
         new_lines = f.log.feed(rec["log"])
-        for raw, _end in f.progress.feed(rec["progress"]):
-            try:
-                value = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                f.records.append(value)
+        f.records += progress_lines(
+            [raw for raw, _end in f.progress.feed(rec["progress"]) if not getattr(raw, "cut", 0)]
+        )
         if (
             len(f.records) > 2 * KEEP_RECORDS
         ):  # thin the older half evenly: the curve keeps its shape
@@ -413,14 +426,16 @@ class Watcher:
         alive: dict[int, bool] = {}
         if rec.get("pid") is not None and rec.get("alive") is not None:
             alive[int(rec["pid"])] = bool(rec["alive"])
-        view = CachedReads(transport, files, stats, alive, boot)
+        files["/proc/uptime"] = as_bytes(answer.get("uptime"))
+        view = CachedReads(transport, files, stats, alive, answer.get("boot_id"))
+        view.procs = {int(pid): str(kind) for pid, kind in (rec.get("procs") or {}).items()}
         view.records[control] = f.records
         if new_lines:
             f.clean.extend(clean_lines([raw for raw, _ in new_lines]))
         view.log_lines[control] = list(f.clean)
         snap = f.job.snapshot(via=view)
-        if snap.terminal and ended:
-            f.done = True
+        if snap.terminal and (ended or (snap.state == "lost" and not f.log.pending)):
+            f.done = True  # a lost job left no exit record: once its log is read, it is done
         snap.watcher = self.liveness()
         f.snap = snap
         f.new_lines = new_lines
@@ -452,8 +467,8 @@ class Watcher:
                 sub.callback(snap)
             elif new:
                 changed = True  # shown on a later tick
-            if f.done and (sub.on_lines is None or sub.cursor is None or not f.log.pending):
-                self.unsubscribe(key)
+            if f.done and (sub.on_lines is None or (sub.catchup is None and not f.log.pending)):
+                self.unsubscribe(key)  # the job ended and this view has had every line
         with self._lock:  # ended jobs keep their final snapshot, the newest KEEP_ENDED of them
             ended = [j for j, f in self._followed.items() if f.done]
             for job_id in ended[: max(0, len(ended) - KEEP_ENDED)]:
@@ -463,30 +478,41 @@ class Watcher:
 
     def _give_lines(self, f: Followed, sub: Subscription) -> bool:
         """Hand ``sub`` the log lines it has not had: first what lies between its cursor and the
-        lines read this tick (read from the file, for a view resuming from a stored offset),
-        then those lines. Nothing is given twice; a log begun anew (a requeued attempt) is
-        followed from its start."""
+        lines read this tick (read from the file, a chunk a tick, for a view resuming from a
+        stored offset), then those lines. Nothing is given twice; a log begun anew (a requeued
+        attempt) is followed from its start. Lines are capped where they are read, so a huge
+        line costs no more than a short one."""
         assert sub.on_lines is not None
         new = f.new_lines
         if sub.resets != f.log.resets:
             sub.resets, sub.cursor = f.log.resets, 0 if sub.cursor is not None else None
-        first = new[0][1] - len(new[0][0]) - 1 if new else f.log.boundary
+            sub.catchup = None
+        first = getattr(new[0][0], "start", new[0][1] - len(new[0][0]) - 1) if new else None
+        first = f.log.boundary if first is None else first
         if sub.cursor is None:
             sub.cursor = first
         out: list[bytes] = []
         if sub.cursor < first:
-            want = first - sub.cursor
+            if sub.catchup is None:
+                sub.catchup = Lines(sub.cursor)
+            at = sub.catchup.offset
+            want = first - at
             try:
                 data = f.job.transport.read_bytes(
-                    f"{f.job.spec['control_dir']}/log", sub.cursor, min(CATCHUP_CHUNK, want)
+                    f"{f.job.spec['control_dir']}/log", at, min(CATCHUP_CHUNK, want)
                 )
             except OSError:
                 data = b""
-            complete = data if len(data) >= want else data[: data.rfind(b"\n") + 1]
-            out.extend(complete.split(b"\n")[:-1] if complete.endswith(b"\n") else [complete])
-            out = [line for line in out if line or complete]
-            sub.cursor += len(complete)
-            if sub.cursor < first:  # the rest of the way on the next tick, from the file
+            got = sub.catchup.feed(
+                {"size": at + len(data), "mtime": 0.0, "offset": at, "data": data}
+            )
+            for raw, end in got:
+                out.append(raw)
+                sub.cursor = end
+            if not data or sub.catchup.offset >= first:  # caught up (or the file went short)
+                out += [raw for raw, _ in sub.catchup.flush()]
+                sub.cursor, sub.catchup = max(sub.cursor, first), None
+            else:  # the rest of the way on the next tick, from the file
                 if out:
                     sub.on_lines(clean_lines(out), sub.cursor)
                 return True

@@ -22,6 +22,15 @@ from .status import Snapshot
 from .watch import Watcher, watcher
 
 
+def _bounded(value: Any) -> float | None:
+    """A progress number a bar can show (finite, within 2**31), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not -(2**31) < value < 2**31:  # NaN fails this too
+        return None
+    return float(value)
+
+
 def _first_snapshot(job: Job, watch: Watcher) -> Snapshot:
     """What to show before the watcher's first look: its cache, the launch's own view, or the
     registry's last recorded state (no round trip to the host)."""
@@ -85,10 +94,10 @@ class StatusView:
 
     def _render(self, snap: Snapshot) -> None:
         progress = snap.progress or {}
-        total, step = progress.get("total"), progress.get("step")
-        if isinstance(total, int | float) and total > 0 and isinstance(step, int | float):
+        total, step = _bounded(progress.get("total")), _bounded(progress.get("step"))
+        if total is not None and total > 0 and step is not None:
             self.bar.max = int(total)
-            self.bar.value = int(min(step, total))
+            self.bar.value = int(min(max(step, 0), total))
         elif snap.state == "finished":
             self.bar.max, self.bar.value = 1, 1
         tb = self.job.traceback() if snap.state == "failed" else None

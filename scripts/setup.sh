@@ -11,7 +11,8 @@ if sys.version_info < (3, 10):
 PYV
 # The tests run against real parts: an OpenSSH server on 127.0.0.1 (and its client), tmux for the
 # tmux launcher, a one-node Slurm cluster (slurmctld, slurmd, and munged for its authentication),
-# and Debian's Chromium for the JupyterLab tests that Playwright drives (it cannot download one).
+# Debian's Chromium for the JupyterLab tests that Playwright drives (it cannot download one), and
+# a C compiler for the fault tests' LD_PRELOAD shim.
 need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null || need+=(openssh-client)
@@ -19,6 +20,7 @@ command -v tmux >/dev/null || need+=(tmux)
 { [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ]; } || need+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || need+=(munge)
 [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v cc >/dev/null || need+=(gcc libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -18,6 +18,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from rgt_jupyter.api import Job
 
 from .slurm_cluster import slurm  # noqa: F401 - a session fixture: the real one-node Slurm cluster
+from .sshbox import box  # noqa: F401 - an ssh_config alias and a profile on the real sshd
 from .sshd import sshd  # noqa: F401 - a session fixture: the real OpenSSH server
 
 
@@ -132,3 +133,21 @@ def rgt(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
+
+
+def running_job(project: Path, program: str, name: str, grace: float = 30.0) -> Job:
+    """Launch ``program`` on the local profile and wait for its first progress record."""
+    from rgt_jupyter.launch import LaunchRequest, launch
+
+    job = Job(launch(LaunchRequest(program=program, name=name, grace_s=grace), project), project)
+    wait_for(lambda: job.snapshot().progress, 30, "the job's first progress record")
+    return job
+
+
+def sigkill_job_and_agent(status: dict[str, Any]) -> None:
+    """SIGKILL the job and its agent named by a ``status.json`` record (a reboot, in effect)."""
+    for key in ("job_pid", "agent_pid"):
+        try:
+            os.kill(int(status[key]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass

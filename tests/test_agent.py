@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ import rgt_jupyter
 from rgt_jupyter.api import Job
 from rgt_jupyter.launch import LaunchRequest, launch
 
-from .conftest import control_json, pid_alive, wait_for
+from .conftest import control_json, running_job
 
 PKG = Path(rgt_jupyter.__file__).parent
 SHIPPED = ["agent.py", "job.py", "bundle_main.py"]
@@ -75,36 +74,6 @@ def test_job_runs_on_python38_with_nothing_installed(project: Path) -> None:
     assert run.provenance["python"].startswith("3.8")
 
 
-def _running(project: Path, program: str, name: str, grace: float = 30.0) -> Job:
-    job = Job(launch(LaunchRequest(program=program, name=name, grace_s=grace), project), project)
-    wait_for(lambda: job.snapshot().progress, 30, "the job's first progress record")
-    return job
-
-
-LOOP = (
-    "import time, rgt_jupyter.job as job\n"
-    "step = 0\n"
-    "while not job.preempted():\n"
-    "    step += 1\n"
-    "    job.progress(step)\n"
-    "    time.sleep(0.05)\n"
-    "job.save_results({'stopped_at': step})\n"
-)
-
-
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR2"])
-def test_agent_forwards_preemption_signals(project: Path, sig: str) -> None:
-    job = _running(project, LOOP, f"fwd-{sig.lower()}")
-    status = control_json(job, "status.json")
-    assert status is not None
-    os.kill(status["agent_pid"], getattr(signal, sig))
-    assert job.wait(30) == "preempted"
-    exit_rec = control_json(job, "exit.json")
-    assert exit_rec is not None and exit_rec["exit_code"] == 0
-    assert [s["signal"] for s in exit_rec["agent_signals"]] == [sig]
-    assert job.result()["stopped_at"] >= 1
-
-
 def test_grace_period_then_kill(project: Path) -> None:
     program = (
         "import signal, time, rgt_jupyter.job as job\n"
@@ -113,40 +82,11 @@ def test_grace_period_then_kill(project: Path) -> None:
         "    job.progress(i)\n"
         "    time.sleep(0.05)\n"
     )
-    job = _running(project, program, "stubborn", grace=1.0)
+    job = running_job(project, program, "stubborn", grace=1.0)
     job.stop()
     assert job.wait(30) == "preempted"
     exit_rec = control_json(job, "exit.json")
     assert exit_rec is not None and exit_rec["signal"] == "SIGKILL"
-
-
-def test_vanished_agent_is_lost_not_running(project: Path) -> None:
-    job = _running(
-        project, "import time, rgt_jupyter.job as job\njob.progress(1)\ntime.sleep(600)\n", "vanish"
-    )
-    status = control_json(job, "status.json")
-    assert status is not None
-    # The machine "reboots": agent and job die with no chance to write anything.
-    os.kill(status["agent_pid"], signal.SIGKILL)
-    os.kill(status["job_pid"], signal.SIGKILL)
-    for pid in (status["agent_pid"], status["job_pid"]):
-        wait_for(lambda pid=pid: not pid_alive(pid), 30, f"process {pid} to die")
-    snap = job.snapshot()
-    assert snap.state == "lost", snap
-    assert "without an exit record" in (snap.diagnosis or "")
-    assert control_json(job, "exit.json") is None
-
-
-def test_sigkilled_job_is_failed_never_finished(project: Path) -> None:
-    job = _running(
-        project, "import time, rgt_jupyter.job as job\njob.progress(1)\ntime.sleep(600)\n", "killed"
-    )
-    status = control_json(job, "status.json")
-    assert status is not None
-    os.kill(status["job_pid"], signal.SIGKILL)
-    assert job.wait(30) == "failed"
-    snap = job.snapshot()
-    assert snap.signal == "SIGKILL" and "SIGKILL" in (snap.diagnosis or "")
 
 
 def test_job_survives_its_launcher_session(project: Path) -> None:

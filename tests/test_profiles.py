@@ -17,6 +17,8 @@ from rgt_jupyter.launch import LaunchRequest, launch
 from rgt_jupyter.profiles import available, builtin_dirs, load_profile, parse_profile, stale_facts
 from rgt_jupyter.registry import Registry
 
+from .machines import POD_ON_THIS_MACHINE
+
 BUILTINS = (
     "local ssh slurm k8s autodl runpod vastai lambda paperspace colab "
     "matpool gpushare featurize lanrui"
@@ -167,15 +169,6 @@ def test_builtin_durable_dirs_pass_their_own_check(project: Path) -> None:
         assert verdict.ok == (name != "runpod"), (name, verdict.reason)
 
 
-POD_ON_THIS_MACHINE = """\
-extends = "runpod"
-transport = "local"
-python = ""
-workdir = "{project}/.rgt/local/jobs"
-durable_dir = "{project}/.rgt/local/durable"
-scratch_dir = "{project}/.rgt/local/scratch"
-smoke_default = false
-"""
 TRAIN = "import rgt_jupyter.job as job\njob.save_checkpoint({'step': 1}, step=1)\n"
 
 

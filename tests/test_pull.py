@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -13,31 +12,11 @@ from rgt_jupyter.errors import PullError
 from rgt_jupyter.launch import LaunchRequest, launch
 from rgt_jupyter.pull import check_space, safe_relpath
 
-TRAIN = """\
-import os, torch
-import rgt_jupyter.job as job
-torch.manual_seed(0)
-w = torch.randn(64, 64)
-for step in (1, 2):
-    job.save_checkpoint({"w": w * step, "step": step}, step=step)
-with open(os.path.join(os.environ["RGT_OUT"], "preds.csv"), "w") as fh:
-    fh.write("id,pred\\n" + "".join(f"{i},{i % 3}\\n" for i in range(100)))
-job.save_results({"val": {"acc": 0.75}})
-"""
-
-
-def _finished(project: Path, program: str = TRAIN, name: str = "p") -> Job:
-    job = Job(launch(LaunchRequest(program=program, name=name), project), project)
-    assert job.wait(120) == "finished", job.log()
-    return job
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+from .pulljobs import finished, sha
 
 
 def test_pull_lands_an_immutable_verified_run(project: Path) -> None:
-    job = _finished(project)
+    job = finished(project)
     run = job.pull()
     assert run.verified, run.text()
     assert run.path == project / "runs" / f"{job.id}-r1"
@@ -48,7 +27,7 @@ def test_pull_lands_an_immutable_verified_run(project: Path) -> None:
     assert {"checkpoints/ckpt-0000000001.pt", "checkpoints/ckpt-0000000002.pt"} <= paths
     for entry in manifest["files"]:
         local = run.path / entry["path"]
-        assert local.stat().st_size == entry["size"] and _sha(local) == entry["sha256"]
+        assert local.stat().st_size == entry["size"] and sha(local) == entry["sha256"]
     assert not list(run.path.rglob("*.part"))
     loads = run.verification["checkpoint_loads"]
     assert len(loads) == 2 and all(r["ok"] for r in loads)
@@ -66,62 +45,11 @@ def test_pull_lands_an_immutable_verified_run(project: Path) -> None:
     assert prov["provenance_hash"] == canonical_hash(body)
 
     # A second pull never overwrites the first: a new run id, the old files untouched.
-    before = {p: _sha(p) for p in run.path.rglob("*") if p.is_file()}
+    before = {p: sha(p) for p in run.path.rglob("*") if p.is_file()}
     second = job.pull()
     assert second.path != run.path and second.path.name == f"{job.id}-r2"
-    assert {p: _sha(p) for p in run.path.rglob("*") if p.is_file()} == before
+    assert {p: sha(p) for p in run.path.rglob("*") if p.is_file()} == before
     assert [r.run_id for r in job.runs()] == [run.run_id, second.run_id]
-
-
-def test_altered_and_truncated_sources_are_mismatches(project: Path) -> None:
-    job = _finished(project)
-    out = Path(job.spec["out_dir"])
-    ckpt = Path(job.spec["ckpt_dir"])
-    good = job.pull()
-    good_files = {p: _sha(p) for p in good.path.rglob("*") if p.is_file()}
-    # After the job wrote them: one output altered, one checkpoint truncated.
-    with open(out / "preds.csv", "a") as fh:
-        fh.write("999,1\n")
-    newest = ckpt / "ckpt-0000000002.pt"
-    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
-    run = job.pull()
-    assert not run.verified
-    reasons = {m["path"]: m["reason"] for m in run.verification["mismatches"]}
-    assert "altered or truncated" in reasons["outputs/preds.csv"]
-    assert "altered or truncated" in reasons["checkpoints/ckpt-0000000002.pt"]
-    # Nothing untrusted under its final name: the bytes are kept aside as .part.
-    assert not (run.path / "outputs" / "preds.csv").exists()
-    assert (run.path / "outputs" / "preds.csv.part").exists()
-    assert not (run.path / "checkpoints" / "ckpt-0000000002.pt").exists()
-    assert (run.path / "outputs" / "results.json").exists()
-    listed = {f["path"] for f in run.manifest["files"]}
-    assert "outputs/preds.csv" not in listed
-    assert "verified: NO" in run.text() and "MISMATCH outputs/preds.csv" in run.text()
-    # The earlier good run is untouched.
-    assert {p: _sha(p) for p in good.path.rglob("*") if p.is_file()} == good_files
-
-
-def test_checkpoint_that_does_not_load_safely_is_not_verified(project: Path) -> None:
-    # A pickled object that runs code when unpickled: weights_only=True must refuse it.
-    program = """\
-import os, torch
-import rgt_jupyter.job as job
-
-class Evil:
-    def __reduce__(self):
-        return (os.system, ("touch " + os.path.join(os.environ["RGT_OUT"], "..", "PWNED"),))
-
-torch.save({"evil": Evil()}, os.path.join(os.environ["RGT_CKPT_DIR"], "model.pt"))
-job.save_results({"ok": True})
-"""
-    job = _finished(project, program, "evil")
-    run = job.pull()
-    assert not run.verified
-    loads = {r["path"]: r for r in run.verification["checkpoint_loads"]}
-    assert not loads["checkpoints/model.pt"]["ok"]
-    assert "Weights only load failed" in loads["checkpoints/model.pt"]["detail"]
-    assert not list(project.rglob("PWNED"))
-    assert "DOES NOT LOAD checkpoints/model.pt" in run.text()
 
 
 def test_pull_refuses_a_running_job_and_an_empty_job(project: Path) -> None:
@@ -137,7 +65,7 @@ def test_pull_refuses_a_running_job_and_an_empty_job(project: Path) -> None:
 
 
 def test_pull_to_another_folder(project: Path, tmp_path: Path) -> None:
-    job = _finished(project, "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n", "to")
+    job = finished(project, "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n", "to")
     run = job.pull(to=tmp_path / "elsewhere")
     assert run.path.parent == tmp_path / "elsewhere" and run.verified
     # Run ids are unique per job, whatever folder each run landed in.
@@ -160,64 +88,13 @@ def test_space_is_checked_up_front(tmp_path: Path) -> None:
 
 
 def test_lost_job_pull_discloses_missing_end_manifest(project: Path) -> None:
-    job = _finished(project, "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n", "nm")
+    job = finished(project, "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n", "nm")
     control = Path(job.spec["control_dir"])
     (control / "manifest.json").unlink()
     run = job.pull()
     assert run.verified
     assert "without an end-of-job manifest" in run.verification["reference"]
     assert json.loads((run.path / "results.json").read_text()) == {"a": 1}
-
-
-HOSTILE_AGENT = """\
-import json, sys
-if sys.argv[1] == "manifest":
-    print(json.dumps({"files": FILES, "refused": []}))
-"""
-GOOD = {"size": 3, "sha256": "a" * 64}
-
-
-@pytest.mark.parametrize(
-    "files",
-    [
-        {"outputs/../../x": GOOD},
-        {"/etc/x": GOOD},
-        {"outputs//results.json": GOOD, "outputs/results.json": GOOD},
-        {"outputs/a": GOOD, "outputs/a/b": GOOD},
-        {"outputs/" + "n" * 300: GOOD},
-        {"outputs/huge.bin": {"size": 10 * 2**40, "sha256": "b" * 64}},
-        {"outputs/neg": {"size": -1, "sha256": "c" * 64}},
-    ],
-    ids=["dotdot", "absolute", "duplicate", "file-under-file", "long-name", "10TB", "negative"],
-)
-def test_hostile_listing_is_rejected_before_any_write(
-    project: Path, files: dict[str, dict[str, object]]
-) -> None:
-    """The machine the job ran on is not trusted: its agent is replaced by one that lies."""
-    job = _finished(project, "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n", "h")
-    sentinel = project / "x"
-    sentinel.write_text("untouched")
-    control = Path(job.spec["control_dir"])
-    (control / "agent.py").write_text(HOSTILE_AGENT.replace("FILES", json.dumps(files)))
-    with pytest.raises(PullError, match="rejected|not enough space"):
-        job.pull()
-    assert sentinel.read_text() == "untouched"
-    assert not (project / "runs").exists()
-    assert not Path("/etc/x").exists()
-
-
-@pytest.mark.parametrize("target", ["/etc", "/no/such/folder"])
-def test_symlink_in_outputs_rejects_the_listing(project: Path, target: str) -> None:
-    """A link to a folder that exists (listed among folders by a walk) or to nothing."""
-    program = (
-        "import os, rgt_jupyter.job as job\n"
-        f"os.symlink({target!r}, os.path.join(os.environ['RGT_OUT'], 'keys'))\n"
-        "job.save_results({'a': 1})\n"
-    )
-    job = _finished(project, program, "sym")
-    with pytest.raises(PullError, match="'outputs/keys': a symlink"):
-        job.pull()
-    assert not (project / "runs").exists()
 
 
 def test_listing_reuses_end_hashes_only_for_untouched_files(project: Path) -> None:
@@ -228,7 +105,7 @@ def test_listing_reuses_end_hashes_only_for_untouched_files(project: Path) -> No
     from rgt_jupyter.pull import remote_listing
     from rgt_jupyter.transport.local import LocalTransport
 
-    job = _finished(project)
+    job = finished(project)
     listing = remote_listing(LocalTransport(), job.spec)["files"]
     assert listing and all(entry.get("reused") for entry in listing.values())
     preds = Path(job.spec["out_dir"]) / "preds.csv"
@@ -239,7 +116,7 @@ def test_listing_reuses_end_hashes_only_for_untouched_files(project: Path) -> No
     os.utime(preds, ns=(before.st_atime_ns, before.st_mtime_ns))  # ... and the same mtime
     listing = remote_listing(LocalTransport(), job.spec)["files"]
     assert not listing["outputs/preds.csv"].get("reused")
-    assert listing["outputs/preds.csv"]["sha256"] == _sha(preds)
+    assert listing["outputs/preds.csv"]["sha256"] == sha(preds)
     run = job.pull()
     assert not run.verified
     reasons = {m["path"]: m["reason"] for m in run.verification["mismatches"]}

@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +15,13 @@ import pytest
 from IPython.core.error import UsageError
 
 from rgt_jupyter.api import Job
-from rgt_jupyter.errors import PullError
 from rgt_jupyter.launch import LaunchRequest, launch
 from rgt_jupyter.registry import Registry
 from rgt_jupyter.render import strip_ansi
 from rgt_jupyter.transport.ssh import SSHError, connect
 
 from .conftest import run_cell, wait_for
-from .faultproxy import FaultProxy
+from .sshbox import cutbox
 from .sshd import Sshd
 
 JOB = """\
@@ -40,47 +37,6 @@ for step in range(start + 1, 6):
     time.sleep(0.2)
 job.save_results({"total": total, "steps": 5})
 """
-
-
-@pytest.fixture
-def box(
-    sshd: Sshd, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Path]:
-    """An ssh_config with alias ``testbox`` (and ``jumpbox`` through it), a known_hosts that
-    trusts the server, and a project profile ``box`` whose remote dirs live under tmp."""
-    known = tmp_path / "known_hosts"
-    known.write_text(f"[127.0.0.1]:{sshd.port} {sshd.host_pub}\n")
-    common = (
-        f"  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
-        f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {known}\n"
-    )
-    config = tmp_path / "ssh_config"
-    config.write_text(f"Host testbox\n{common}\nHost jumpbox\n{common}  ProxyJump testbox\n")
-    monkeypatch.setenv("RGT_SSH_CONFIG", str(config))
-    remote = tmp_path / "remote home"
-    profiles = project / ".rgt" / "profiles"
-    profiles.mkdir(parents=True)
-    builtin = (Path(__file__).parent.parent / "profiles" / "ssh.toml").read_text()
-    (profiles / "box.toml").write_text(
-        builtin.replace('name = "ssh"', 'name = "box"')
-        .replace("{home}/rgt", str(remote))
-        .replace("smoke_default = true", "smoke_default = false")
-    )
-    yield known
-
-
-@contextmanager
-def cutbox(sshd: Sshd, known: Path) -> Iterator[FaultProxy]:
-    """Alias ``cutbox``: the same server behind a proxy that cuts connections on demand."""
-    config = Path(os.environ["RGT_SSH_CONFIG"])
-    with FaultProxy(sshd.port) as proxy:
-        known.write_text(known.read_text() + f"[127.0.0.1]:{proxy.port} {sshd.host_pub}\n")
-        config.write_text(
-            config.read_text()
-            + f"\nHost cutbox\n  HostName 127.0.0.1\n  Port {proxy.port}\n  User root\n"
-            f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {known}\n"
-        )
-        yield proxy
 
 
 def test_the_whole_arc_over_ssh_matches_local(ip: Any, project: Path, box: Path) -> None:
@@ -130,25 +86,6 @@ def test_resume_over_ssh_uses_the_same_remote_checkpoints(project: Path, box: Pa
     assert again.result()["steps"] == 5
 
 
-def test_watch_reconnects_after_the_connection_drops(project: Path, box: Path) -> None:
-    program = (
-        "import time, rgt_jupyter.job as job\nfor i in range(20):\n    job.progress(i)\n"
-        "    time.sleep(0.1)\njob.save_results({'ok': 1})\n"
-    )
-    job = Job(
-        launch(LaunchRequest(program=program, name="drop", profile="box", host="testbox"), project),
-        project,
-    )
-    assert job.snapshot().state in ("queued", "running")
-    transport = connect("testbox", project)
-    ssh_transport = transport.client().get_transport()
-    assert ssh_transport is not None
-    ssh_transport.sock.close()  # the TCP connection dies under us
-    assert job.wait(60) == "finished"  # the next look reconnects; the job never noticed
-    assert job.result() == {"ok": 1}
-    assert transport.client().get_transport() is not ssh_transport
-
-
 def test_unknown_host_is_refused_before_login(
     ip: Any, project: Path, box: Path, sshd: Sshd
 ) -> None:
@@ -160,24 +97,6 @@ def test_unknown_host_is_refused_before_login(
     assert "host_key_unknown" in message and "SHA256:" in message
     assert "rgt trust-host testbox" in message
     assert sshd.accepted() == logins  # nothing past key exchange
-    assert Registry(project).jobs() == []
-
-
-def test_changed_host_key_is_refused_loudly(
-    project: Path, box: Path, sshd: Sshd, tmp_path: Path
-) -> None:
-    other = tmp_path / "other_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
-    pub = (tmp_path / "other_key.pub").read_text().split()
-    box.write_text(f"[127.0.0.1]:{sshd.port} {pub[0]} {pub[1]}\n")
-    logins = sshd.accepted()
-    with pytest.raises(SSHError) as info:
-        launch(
-            LaunchRequest(program="print(1)\n", name="chg", profile="box", host="testbox"), project
-        )
-    assert info.value.kind == "host_key_mismatch"
-    assert "HAS CHANGED" in str(info.value) and "Nothing was sent" in str(info.value)
-    assert sshd.accepted() == logins
     assert Registry(project).jobs() == []
 
 
@@ -244,56 +163,6 @@ def test_ssh_profile_needs_a_host(ip: Any, project: Path) -> None:
     assert "--host ALIAS" in str(result.error_in_exec)
 
 
-BIG = """\
-import os, rgt_jupyter.job as job
-rng = __import__("random").Random(3)
-with open(os.path.join(os.environ["RGT_OUT"], "big.bin"), "wb") as fh:
-    for _ in range(64):
-        fh.write(rng.randbytes(1 << 20))
-job.save_results({"ok": True})
-"""
-
-
-@pytest.mark.parametrize("method", ["auto", "paramiko"])
-def test_pull_cut_at_10_50_99_percent_resumes(
-    project: Path, box: Path, sshd: Sshd, method: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The connection is cut for real (a proxy drops it) during the pull; the next pull resumes
-    from what already landed and ends with every hash matching. Both ways a large file travels:
-    the OpenSSH client (the default here) and a paramiko channel."""
-    monkeypatch.setenv("RGT_SSH_TRANSFER", method)
-    with cutbox(sshd, box) as proxy:
-        job = Job(
-            launch(LaunchRequest(program=BIG, name="big", profile="box", host="cutbox"), project),
-            project,
-        )
-        assert job.wait(120) == "finished", job.log()
-        total = 64 << 20
-        for fraction in (0.10, 0.50, 0.99):
-            proxy.arm(int(total * fraction))
-            with pytest.raises(PullError, match="interrupted"):
-                job.pull()
-            proxy.disarm()
-            partial = project / "runs" / f".partial-{job.id}"
-            landed = sum(p.stat().st_size for p in partial.rglob("*") if p.is_file())
-            assert 0 < landed < total
-            wire_before = proxy.bytes_down
-            run = job.pull()
-            assert run.verified, run.text()
-            sent = run.verification["bytes_sent"]
-            # Only what had not landed is sent again (nothing of what landed is re-sent) ...
-            resent = sent - (total - landed)
-            assert resent <= max(8 << 20, landed // 100), (fraction, landed, sent)
-            # ... and the wire agrees, SSH framing and the listing included.
-            assert proxy.bytes_down - wire_before <= (total - landed) * 1.05 + (8 << 20)
-            assert not partial.exists()
-            assert connect("cutbox", project).last_stream == (
-                "openssh" if method == "auto" else "paramiko"
-            )
-        assert proxy.cuts == 3
-        assert len(job.runs()) == 3
-
-
 @pytest.mark.parametrize("where", ["box", "local"])
 def test_secret_never_leaks(
     ip: Any, project: Path, box: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
@@ -302,7 +171,6 @@ def test_secret_never_leaks(
     run.json, the registry or the notebook's output."""
     import secrets as pysecrets
     import threading
-    import time
 
     value = "s3cr3t-" + pysecrets.token_hex(12)
     monkeypatch.setenv("TEST_TOKEN", value)
@@ -392,27 +260,6 @@ def test_repush_of_an_unchanged_tree_sends_almost_nothing(
         assert jobs[0].spec["code_dir"] != jobs[1].spec["code_dir"]
         assert sent[0] >= size
         assert sent[1] <= size // 100, (sent, size)
-
-
-def test_job_survives_the_connection_cut_mid_run(project: Path, box: Path, sshd: Sshd) -> None:
-    """The SSH connection is cut for real by the proxy while the job runs: the job goes on and
-    the next look reconnects."""
-    program = (
-        "import time, rgt_jupyter.job as job\n"
-        "for i in range(1, 31):\n"
-        "    job.progress(i, 30)\n"
-        "    time.sleep(0.1)\n"
-        "job.save_results({'steps': 30})\n"
-    )
-    with cutbox(sshd, box) as proxy:
-        request = LaunchRequest(program=program, name="cut", profile="box", host="cutbox")
-        job = Job(launch(request, project), project)
-        wait_for(lambda: (job.snapshot().progress or {}).get("step", 0) >= 3, 30, "progress")
-        proxy.arm(0)  # every open connection is dropped at the next byte from the server
-        time.sleep(0.5)
-        assert job.wait(60) == "finished"
-        assert proxy.cuts == 1
-        assert job.result() == {"steps": 30}
 
 
 def test_openssh_stream_trusts_exactly_the_known_hosts_it_is_given(

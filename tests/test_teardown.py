@@ -21,30 +21,8 @@ from rgt_jupyter.teardown import compute_gate, confirm_guided, decide, settle_or
 
 from .conftest import wait_for
 from .fakeclouds import RunPodFake
-from .test_profiles import POD_ON_THIS_MACHINE
-from .test_pull import TRAIN
-
-# A RunPod machine whose jobs run on this machine: the checkpoints dir stands for the Network
-# Volume, everything else for the container disk.
-POD = (
-    POD_ON_THIS_MACHINE
-    + """\
-features = ["network_volume"]
-
-[[tiers]]
-path = "/"
-label = "container disk"
-survives_stop = false
-survives_destroy = false
-
-[[tiers]]
-path = "{project}/.rgt/local/durable"
-label = "Network Volume"
-needs = "network_volume"
-survives_stop = true
-survives_destroy = true
-"""
-)
+from .machines import POD
+from .pulljobs import TRAIN
 
 WAITS = """\
 import os, time

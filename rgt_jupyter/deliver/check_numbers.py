@@ -23,8 +23,6 @@ Disclose mode exits 0; ``--strict`` exits 1 while a typed or stale number remain
 from __future__ import annotations
 
 import argparse
-import hashlib
-import importlib
 import json
 import os
 import sys
@@ -32,9 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import RgtError
 from .check_numbers_index import Leaf, ResultsIndex
 from .check_numbers_pass import _Checker
 from .check_numbers_report import SCHEMA, STATUSES, NumberItem, NumbersReport
+from .notebook import read_notebook
 
 __all__ = [
     "SCHEMA",
@@ -49,17 +49,10 @@ __all__ = [
 
 
 def _read_notebook(path: Path) -> tuple[Any, str]:
-    raw = path.read_bytes()
-    text = raw.decode("utf-8")
-    nb = json.loads(text)
-    # A v4 notebook is read as its JSON (multi-line strings may be lists; cells keep their
-    # ``id``): importing nbformat costs seconds here (its validator's jsonschema), and the
-    # schema validation a tenth of a second per thousand cells. Other versions go through
+    # Read as JSON and checked against nbformat 4's shape (:mod:`.notebook`): importing
+    # nbformat costs seconds here (its validator's jsonschema). Other versions go through
     # nbformat's conversion to v4.
-    if not isinstance(nb, dict) or nb.get("nbformat") != 4:
-        reader = importlib.import_module("nbformat.reader")
-        nb = importlib.import_module("nbformat").convert(reader.reads(text), 4)
-    return nb, hashlib.sha256(raw).hexdigest()
+    return read_notebook(path)
 
 
 def _default_project(notebook: Path) -> Path:
@@ -128,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = check_numbers(args.notebook, args.project, args.runs)
+    except RgtError as exc:
+        print(f"rgt check-numbers: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"rgt check-numbers: {exc}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nbformat
+from .notebook import read_notebook
 
 SCHEMA = "rgt/delivery/v1"
 
@@ -27,18 +27,23 @@ def notebook_numbers(nb: Any, project: Path) -> list[dict[str, Any]]:
     from .placeholders import render
 
     out: list[dict[str, Any]] = []
-    for index, cell in enumerate(nb.cells):
+    for index, cell in enumerate(nb["cells"]):
         cell_id = cell.get("id") or f"cell-{index}"
-        if cell.cell_type == "markdown" and "{{rgt:" in cell.source:
-            _, sources = render(cell.source, project)
+        source = cell["source"]
+        source = "".join(source) if isinstance(source, list) else source
+        if cell["cell_type"] == "markdown" and "{{rgt:" in source:
+            _, sources = render(source, project)
             for k, src in enumerate(sources):
                 out.append(_entry(f"{cell_id}/md/{k}", src))
         for o_index, output in enumerate(
-            cell.get("outputs", []) if cell.cell_type == "code" else []
+            cell.get("outputs", []) if cell["cell_type"] == "code" else []
         ):
-            generated = ((output.get("metadata") or {}).get("rgt_jupyter") or {}).get("generated")
-            for k, src in enumerate(generated or []):
-                out.append(_entry(f"{cell_id}/out/{o_index}/{k}", src))
+            meta = output.get("metadata")
+            rgt = meta.get("rgt_jupyter") if isinstance(meta, dict) else None
+            generated = rgt.get("generated") if isinstance(rgt, dict) else None
+            for k, src in enumerate(generated if isinstance(generated, list) else []):
+                if isinstance(src, dict):
+                    out.append(_entry(f"{cell_id}/out/{o_index}/{k}", src))
     return out
 
 
@@ -79,12 +84,13 @@ def figure_files(project: Path) -> dict[str, dict[str, Any]]:
 
 
 def collect(notebook: Path, project: Path) -> dict[str, Any]:
-    """The manifest of what ``notebook`` (as saved) and ``figures/`` deliver."""
-    nb = nbformat.read(str(notebook), as_version=4)
+    """The manifest of what ``notebook`` (as saved) and ``figures/`` deliver; raises
+    :class:`.notebook.NotebookError` when it is not a notebook that can be read."""
+    nb, sha = read_notebook(notebook)
     return {
         "schema": SCHEMA,
         "notebook": notebook.name,
-        "notebook_sha256": _sha(notebook),
+        "notebook_sha256": sha,
         "created": time.time(),
         "numbers": notebook_numbers(nb, project),
         "figures": figure_files(project),

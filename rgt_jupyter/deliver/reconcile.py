@@ -3,7 +3,7 @@ README, a paper or notes agrees with the number itself.
 
 EVIDENCE.json gives one authoritative scalar per evidence row with a numeric ``value``; when the
 row's ``results_json`` exists, that file's value at ``key`` is the authority, and an EVIDENCE copy
-that differs from it is itself a drift. Markdown, LaTeX and plain-text files are scanned for metric
+that differs from it is itself a drift. Markdown, LaTeX and plain-text files (and the Markdown cells of a notebook) are scanned for metric
 anchors (a metric name or an alias, as whole words) and for the numbers on either side of them in
 the same sentence, and for Markdown and LaTeX tables whose header (or row label) names a metric.
 A number passes when it equals the authority at the decimals it shows (half-up or half-even), as a
@@ -82,6 +82,24 @@ def _documents(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[str, Path]
     return docs
 
 
+def _texts(name: str, path: Path) -> list[tuple[str, list[str]]]:
+    """The lines of a document; of a notebook, those of each Markdown and raw cell, named
+    ``NOTEBOOK#CELL_ID`` (a file that is not a notebook raises :class:`.NotebookError`)."""
+    if path.suffix.lower() == ".ipynb":
+        from .notebook import read_notebook
+
+        nb, _ = read_notebook(path)
+        return [
+            (f"{name}#{cell.get('id') or f'cell-{i}'}", str(cell["source"]).splitlines())
+            for i, cell in enumerate(nb["cells"])
+            if cell["cell_type"] in ("markdown", "raw")
+        ]
+    try:
+        return [(name, path.read_text(encoding="utf-8", errors="replace").splitlines())]
+    except OSError as exc:
+        raise ReconcileError(f"cannot read {name}: {exc.strerror or exc}") from exc
+
+
 def reconcile(
     paths: Sequence[str | os.PathLike[str]],
     evidence_path: str | os.PathLike[str] | None = None,
@@ -101,14 +119,12 @@ def reconcile(
     entries = _load_evidence(evidence, root, display, log)
     docs = _documents(paths)
     scanner = _Scanner(entries, log)
+    order: dict[str, int] = {}
     for name, path in docs:
-        try:
-            raw_lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError as exc:
-            raise ReconcileError(f"cannot read {name}: {exc.strerror or exc}") from exc
-        units = _latex(raw_lines) if path.suffix.lower() == ".tex" else _markdown(raw_lines)
-        scanner.scan(name, raw_lines, units)
-    order = {name: i for i, (name, _) in enumerate(docs)}
+        for part, raw_lines in _texts(name, path):
+            order[part] = len(order)
+            units = _latex(raw_lines) if path.suffix.lower() == ".tex" else _markdown(raw_lines)
+            scanner.scan(part, raw_lines, units)
     log.drifts.sort(key=lambda d: (order.get(d.doc, -1), d.line))
     log.checked.sort(key=lambda c: (order.get(c.doc, -1), c.line))
     return ReconcileReport(

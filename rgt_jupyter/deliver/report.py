@@ -230,14 +230,19 @@ def deliver(
 
     proj = project_dir(project)
     report = DeliveryReport(str(notebook) if notebook else None)
-    if evidence_path(proj).is_file():
-        report.evidence_changes = [str(c) for c in sync(proj)]
-    regenerable: set[str] = set()
+    path = None
     if notebook is not None:
-        from .check_numbers import check_numbers
+        from .notebook import read_notebook
 
         path = Path(notebook)
         path = path if path.is_absolute() else proj / path
+        read_notebook(path)  # a file that is not a notebook is refused before anything is written
+    if evidence_path(proj).is_file():
+        report.evidence_changes = [str(c) for c in sync(proj)]
+    regenerable: set[str] = set()
+    if path is not None:
+        from .check_numbers import check_numbers
+
         report.numbers = check_numbers(path, project=proj)
         manifest = collect(path, proj)
         # A claim row is regenerable when the notebook generates it: through its claim id, or

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .manifest import collect, compare
+from .notebook import read_notebook
 
 _REBUILT = ("figures", "delivery")
 
@@ -93,13 +94,20 @@ def execute(notebook: Path, project: Path, timeout: float = 900, launch: bool = 
 def repro(notebook: str | os.PathLike[str], project: Path, timeout: float = 900) -> ReproReport:
     """Rebuild ``notebook``'s outputs from the runs in a clean copy; see the module docstring."""
     source = Path(notebook).resolve()
+    read_notebook(source)  # a file that is not a notebook is refused before anything runs
     delivered_path = manifest_path(source, project)
     if not delivered_path.is_file():
         raise UsageError(
             f"rgt repro: {source.name} was never delivered ({delivered_path} is missing): "
             "run %deliver (or `rgt deliver`) first"
         )
-    delivered = json.loads(delivered_path.read_text())
+    try:
+        delivered = json.loads(delivered_path.read_text())
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(
+            f"rgt repro: {delivered_path} is not valid JSON ({exc}): run %deliver (or "
+            "`rgt deliver`) again to write it"
+        ) from None
     with tempfile.TemporaryDirectory(prefix="rgt-repro-") as tmp:
         clean = Path(tmp) / project.name
         shutil.copytree(

@@ -5,15 +5,25 @@ project's ``.rgt/known_hosts`` are honoured. An unknown host is refused with its
 the command that trusts it (``rgt trust-host ALIAS``); a changed key is refused loudly. Nothing is
 sent past key exchange to a host that was not verified.
 
-One connection per host per process (:func:`connect`), with keepalive; a dropped connection is
-re-opened on the next call, and a connection that cannot be made raises :class:`SSHError` with a
-``kind`` (``auth_failed``, ``host_key_unknown``, ``host_key_mismatch``, ``connection_refused``,
+One connection per host per process (:func:`connect`); a dropped connection is re-opened on the
+next call, and a connection that cannot be made raises :class:`SSHError` with a ``kind``
+(``auth_failed``, ``host_key_unknown``, ``host_key_mismatch``, ``connection_refused``,
 ``timeout``, ``no_sftp``, ``transport_unavailable``) and a message that says what to do.
+
+Dead peers: a host (or a network path) can go silent without closing anything, no FIN, no RST,
+and a read would then wait forever. Each connection is watched: once the server has sent nothing
+for ``RGT_SSH_ALIVE_S`` seconds (default 15) it is sent a keepalive it must answer (a global
+request with want-reply), and once it has sent nothing for 4 such intervals the connection is
+closed, so every call waiting on it ends with an :class:`SSHError` of kind ``timeout`` ("connection
+lost ..."); the next call connects again. The SSH handshake is held to the same limit (at most
+15 s), and the OpenSSH client that carries large reads gets the same ``ServerAliveInterval`` and
+``ServerAliveCountMax`` (:mod:`.stream`).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import hashlib
 import io
@@ -34,8 +44,7 @@ from ..errors import TransportError
 from . import stream
 from .base import ExecResult, FileStat, ReadStream, Transport
 
-KEEPALIVE_S = 15
-CONNECT_TIMEOUT_S = 15.0
+CONNECT_TIMEOUT_S = stream.CONNECT_S
 #: Reads of at least this many bytes go over a stream (:mod:`.stream`), smaller ones over SFTP.
 STREAM_MIN_BYTES = 8 << 20
 #: How large reads travel: ``auto`` (the OpenSSH client when usable, else a paramiko channel),
@@ -71,11 +80,81 @@ def transfer_method() -> str:
 
 
 class SSHError(TransportError):
-    """An SSH failure, classified by ``kind``. Says nothing about the job's own state."""
+    """An SSH failure, classified by ``kind``. Says nothing about the job's own state.
 
-    def __init__(self, kind: str, message: str) -> None:
+    ``maybe_ran``: the connection broke after a command was sent, so it may have run (or still
+    run) on the host; False when it certainly never reached the host."""
+
+    def __init__(self, kind: str, message: str, maybe_ran: bool = False) -> None:
         super().__init__(f"[{kind}] {message}")
         self.kind = kind
+        self.maybe_ran = maybe_ran
+
+
+def handshake_timeout() -> float:
+    """Seconds a new connection may take to answer (TCP, banner, key exchange, login): 15, or
+    less when ``$RGT_SSH_ALIVE_S`` declares a silent host dead sooner."""
+    interval, count = stream.alive_settings()
+    return min(CONNECT_TIMEOUT_S, interval * count)
+
+
+class _HeardSocket:
+    """The connection's socket (or ProxyJump channel), noting when the server last sent a byte;
+    everything else is the socket's own."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self.heard = time.monotonic()
+
+    def recv(self, n: int) -> bytes:
+        data: bytes = self._sock.recv(n)
+        if data:
+            self.heard = time.monotonic()
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class _Liveness:
+    """Dead-peer detection for one connection (see the module docstring): a watchdog thread
+    that asks a silent server for an answer and closes the connection when none comes."""
+
+    def __init__(self, transport: paramiko.Transport, heard: _HeardSocket, alias: str) -> None:
+        self.transport = transport
+        self.heard = heard
+        self.interval, self.count = stream.alive_settings()
+        #: Why the connection was given up (None while it is alive).
+        self.dead: str | None = None
+        self._stop = threading.Event()
+        self._ping: threading.Thread | None = None
+        threading.Thread(target=self._run, name=f"rgt-ssh-alive {alias}", daemon=True).start()
+
+    def _run(self) -> None:
+        step = min(1.0, self.interval / 4)
+        while not self._stop.wait(step):
+            if not self.transport.is_active():
+                return
+            silent = time.monotonic() - self.heard.heard
+            if silent >= self.interval * self.count:
+                self.dead = (
+                    f"nothing came from it for {silent:.0f} s; keepalives every "
+                    f"{self.interval:g} s went unanswered"
+                )
+                self.transport.close()  # every call waiting on the connection ends now
+                return
+            if silent >= self.interval and (self._ping is None or not self._ping.is_alive()):
+                self._ping = threading.Thread(target=self._keepalive, daemon=True)
+                self._ping.start()
+
+    def _keepalive(self) -> None:
+        # want_reply: a live server must answer (OpenSSH replies "failure" to an unknown request)
+        with contextlib.suppress(Exception):  # a closed connection: the watchdog decides
+            self.transport.global_request("keepalive@openssh.com", wait=True)
+
+    def stop(self) -> None:
+        """Stop watching (the connection is being closed on purpose)."""
+        self._stop.set()
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -167,15 +246,16 @@ def _open_socket(spec: HostSpec, project: Path | None) -> Any:
                 "direct-tcpip",
                 (spec.hostname, spec.port),
                 ("127.0.0.1", 0),
-                timeout=CONNECT_TIMEOUT_S,
+                timeout=handshake_timeout(),
             )
         except paramiko.ChannelException as exc:
             raise SSHError(
                 "connection_refused",
                 f"{spec.proxy_jump} could not reach {spec.hostname}:{spec.port} ({exc})",
             ) from exc
+    limit = handshake_timeout()
     try:
-        sock = socket.create_connection((spec.hostname, spec.port), timeout=CONNECT_TIMEOUT_S)
+        sock = socket.create_connection((spec.hostname, spec.port), timeout=limit)
         # Requests are small and answered one by one: never hold one back for Nagle.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
@@ -189,7 +269,7 @@ def _open_socket(spec: HostSpec, project: Path | None) -> Any:
         raise SSHError(
             "timeout",
             f"{spec.alias} ({spec.hostname}:{spec.port}) did not answer "
-            f"within {CONNECT_TIMEOUT_S:g} s",
+            f"within {limit:g} s: is the host up and the address right?",
         ) from exc
     except OSError as exc:
         raise SSHError("transport_unavailable", f"cannot reach {spec.alias}: {exc}") from exc
@@ -206,6 +286,7 @@ class SSHTransport(Transport):
         self.project = project
         self.spec = resolve(alias, project)
         self._client: paramiko.SSHClient | None = None
+        self._alive: _Liveness | None = None  # the open connection's dead-peer watchdog
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.RLock()
         self._home: str | None = None
@@ -222,8 +303,27 @@ class SSHTransport(Transport):
             if transport is not None and transport.is_active():
                 return cast(paramiko.SSHClient, self._client)
             self._sftp = None
+            if self._alive is not None:
+                self._alive.stop()
+                self._alive = None
             self._client = self._connect()
             return self._client
+
+    def _lost(self, reason: str, what: str = "", maybe_ran: bool = False) -> SSHError:
+        """The error of a call whose connection the watchdog gave up (the host went silent)."""
+        ran = f" {what} may or may not have completed there." if maybe_ran and what else ""
+        return SSHError(
+            "timeout",
+            f"connection lost: {self.alias} stopped answering ({reason}).{ran} The host or the "
+            "network to it is stalled (this says nothing about jobs running there). Try again "
+            f"once `ssh {self.alias} true` answers (RGT_SSH_ALIVE_S sets how soon a silent host "
+            "is given up).",
+            maybe_ran=maybe_ran,
+        )
+
+    def _dead(self) -> str | None:
+        """Why the watchdog gave the open connection up, if it did."""
+        return self._alive.dead if self._alive is not None else None
 
     def _connect(self) -> paramiko.SSHClient:
         spec = self.spec
@@ -232,16 +332,18 @@ class SSHTransport(Transport):
             if path.exists():
                 client.load_system_host_keys(str(path))
         client.set_missing_host_key_policy(_RefuseUnknown(spec))
-        sock = _open_socket(spec, self.project)
+        limit = handshake_timeout()
+        sock = _HeardSocket(_open_socket(spec, self.project))
+        started = time.monotonic()
         try:
             client.connect(
                 spec.hostname,
                 port=spec.port,
                 username=spec.user,
                 key_filename=spec.identity_files or None,
-                timeout=CONNECT_TIMEOUT_S,
-                banner_timeout=CONNECT_TIMEOUT_S,
-                auth_timeout=CONNECT_TIMEOUT_S,
+                timeout=limit,
+                banner_timeout=limit,
+                auth_timeout=limit,
                 sock=sock,
                 allow_agent=True,
                 look_for_keys=not spec.identity_files,
@@ -262,6 +364,8 @@ class SSHTransport(Transport):
             ) from exc
         except paramiko.AuthenticationException as exc:
             client.close()
+            if "timeout" in str(exc).lower():
+                raise self._handshake_stalled(limit) from exc
             raise SSHError(
                 "auth_failed",
                 f"{spec.alias} refused our keys (user {spec.user or 'default'}): add your public "
@@ -270,14 +374,34 @@ class SSHTransport(Transport):
             ) from exc
         except TimeoutError as exc:
             client.close()
-            raise SSHError("timeout", f"{spec.alias}: the SSH handshake timed out") from exc
+            raise self._handshake_stalled(limit) from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
             client.close()
+            cause = exc.__cause__ or exc.__context__
+            late = time.monotonic() - started >= limit  # paramiko's own waits ran out
+            if late or isinstance(cause, TimeoutError) or "timed out" in str(exc).lower():
+                raise self._handshake_stalled(limit) from exc
+            if "banner" in str(exc):
+                raise SSHError(
+                    "transport_unavailable",
+                    f"{spec.alias} ({spec.hostname}:{spec.port}) closed the connection before "
+                    "the SSH handshake: is sshd running there (and nothing else on that port)? "
+                    f"Check with `ssh {spec.alias} true`, then try again.",
+                ) from exc
             raise SSHError("transport_unavailable", f"{spec.alias}: {exc}") from exc
         transport = client.get_transport()
         assert transport is not None
-        transport.set_keepalive(KEEPALIVE_S)
+        self._alive = _Liveness(transport, sock, spec.alias)
         return client
+
+    def _handshake_stalled(self, limit: float) -> SSHError:
+        spec = self.spec
+        return SSHError(
+            "timeout",
+            f"{spec.alias} ({spec.hostname}:{spec.port}) accepted the connection but the SSH "
+            f"handshake did not complete within {limit:g} s: the host or the network to it is "
+            f"stalled. Try again once `ssh {spec.alias} true` answers.",
+        )
 
     def sftp(self) -> paramiko.SFTPClient:
         """The SFTP session on the open connection."""
@@ -287,6 +411,9 @@ class SSHTransport(Transport):
                 try:
                     self._sftp = client.open_sftp()
                 except paramiko.SSHException as exc:
+                    transport = client.get_transport()
+                    if transport is None or not transport.is_active():
+                        raise  # the connection dropped: not a missing subsystem
                     raise SSHError(
                         "no_sftp",
                         f"{self.alias} offers no SFTP subsystem ({exc}): "
@@ -296,26 +423,31 @@ class SSHTransport(Transport):
 
     def _retry(self, op: Any) -> Any:
         """Run an SFTP operation (one at a time: the session is shared by the watcher thread);
-        after a dropped connection, reconnect once and retry."""
+        after a dropped connection, reconnect once and retry. A connection given up because the
+        host went silent is not retried here: the call fails at once, the next one reconnects."""
         with self._lock:
-            try:
-                return op(self.sftp())
-            except (EOFError, paramiko.SSHException, OSError) as exc:
-                if isinstance(exc, OSError) and exc.errno is not None:
-                    raise  # a real answer from the server (no such file, permission denied)
-                self.close()
-            try:
-                return op(self.sftp())
-            except (EOFError, paramiko.SSHException, OSError) as again:
-                if isinstance(again, OSError) and again.errno is not None:
-                    raise
-                raise SSHError(
-                    "transport_unavailable", f"lost the connection to {self.alias}: {again}"
-                ) from again
+            for attempt in (1, 2):
+                try:
+                    return op(self.sftp())
+                except (EOFError, paramiko.SSHException, OSError) as exc:
+                    if isinstance(exc, OSError) and exc.errno is not None:
+                        raise  # a real answer from the server (no such file, permission denied)
+                    dead = self._dead()
+                    self.close()
+                    if dead is not None:
+                        raise self._lost(dead) from exc
+                    if attempt == 2:
+                        raise SSHError(
+                            "transport_unavailable", f"lost the connection to {self.alias}: {exc}"
+                        ) from exc
+            raise AssertionError("unreachable")
 
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
+            if self._alive is not None:
+                self._alive.stop()
+                self._alive = None
             if self._client is not None:
                 self._client.close()
             self._client = None
@@ -328,12 +460,17 @@ class SSHTransport(Transport):
         self, argv: list[str], *, stdin: bytes | None = None, timeout: float | None = 60.0
     ) -> ExecResult:
         command = shlex.join(argv)
+        alive: _Liveness | None = None
         try:
             transport = self.client().get_transport()
+            alive = self._alive
             assert transport is not None
-            chan = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+            chan = transport.open_session(timeout=handshake_timeout())
         except (paramiko.SSHException, EOFError, OSError) as exc:
+            dead = alive.dead if alive is not None else None
             self.close()
+            if dead is not None:
+                raise self._lost(dead) from exc
             raise SSHError("transport_unavailable", f"{self.alias}: {exc}") from exc
         chan.settimeout(timeout)
         try:
@@ -357,7 +494,11 @@ class SSHTransport(Transport):
                 else:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
-                        raise SSHError("timeout", f"{self.alias}: {argv[0]} ran past {timeout} s")
+                        raise SSHError(
+                            "timeout",
+                            f"{self.alias}: {argv[0]} ran past {timeout} s",
+                            maybe_ran=True,
+                        )
                     # Sleep until data or the end arrives (the channel's pipe), not in a spin.
                     wait = 1.0 if left is None else min(left, 1.0)
                     if not select.select([chan], [], [], wait)[0] or chan.eof_received:
@@ -367,11 +508,48 @@ class SSHTransport(Transport):
             while chan.recv_stderr_ready():
                 err += chan.recv_stderr(1 << 16)
             code = chan.recv_exit_status()
+            if code == -1 and not transport.is_active():  # closed with no exit status
+                raise EOFError("the connection closed before the command's exit status came")
         except TimeoutError as exc:
-            raise SSHError("timeout", f"{self.alias}: {argv[0]} ran past {timeout} s") from exc
+            raise SSHError(
+                "timeout", f"{self.alias}: {argv[0]} ran past {timeout} s", maybe_ran=True
+            ) from exc
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise self._dropped(argv[0], transport, alive, exc) from exc
         finally:
-            chan.close()
+            with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
+                chan.close()  # on a dropped connection there is nothing left to close
         return ExecResult(tuple(argv), code, bytes(out), bytes(err))
+
+    def _dropped(
+        self,
+        what: str,
+        transport: paramiko.Transport,
+        alive: _Liveness | None,
+        exc: BaseException,
+    ) -> SSHError:
+        """The error of a command whose channel broke after the command was sent."""
+        dead = alive.dead if alive is not None else None
+        why = str(exc) or type(exc).__name__
+        socket_broke = isinstance(exc, EOFError | OSError)  # before the transport noticed
+        if dead is None and transport.is_active() and not socket_broke:
+            return SSHError(
+                "transport_unavailable",
+                f"{self.alias}: the channel of `{what}` failed ({why}); it may or may not have "
+                "run there.",
+                maybe_ran=True,
+            )
+        with self._lock:
+            if self._alive is alive:  # not a connection opened since by another call
+                self.close()
+        if dead is not None:
+            return self._lost(dead, f"`{what}`", maybe_ran=True)
+        return SSHError(
+            "transport_unavailable",
+            f"the connection to {self.alias} dropped while `{what}` ran ({why}): it may or may "
+            "not have completed there. The next call connects again.",
+            maybe_ran=True,
+        )
 
     def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
         def op(sftp: paramiko.SFTPClient) -> bytes:
@@ -470,7 +648,7 @@ class SSHTransport(Transport):
         transport = self.client().get_transport()
         assert transport is not None
         try:
-            channel = stream.ChannelStream(transport, path, offset, CONNECT_TIMEOUT_S)
+            channel = stream.ChannelStream(transport, path, offset, handshake_timeout())
         except (paramiko.SSHException, EOFError, OSError) as exc:
             self.close()
             raise SSHError("transport_unavailable", f"{self.alias}: {exc}") from exc

@@ -16,6 +16,11 @@ alone:
 Either way, a stream that ends before the remote command reported success raises
 :class:`~rgt_jupyter.errors.TransportError` (the pull resumes from its part file); the
 sha256 manifest judges the bytes, never the stream.
+
+A silent peer (no FIN, no RST) is found the same way on both: after ``RGT_SSH_ALIVE_S`` seconds
+without a byte (default 15) the server is asked for an answer, and after 4 such intervals the
+stream is given up (:func:`alive_settings`; OpenSSH's ``ServerAliveInterval`` and
+``ServerAliveCountMax``, the paramiko connection's own watchdog).
 """
 
 from __future__ import annotations
@@ -36,7 +41,14 @@ import paramiko
 
 from ..errors import TransportError
 
-#: Seconds without a byte before a stream is given up as stalled.
+#: Seconds without a byte from the server before it is asked for an answer (keepalive);
+#: ``$RGT_SSH_ALIVE_S`` overrides it.
+ALIVE_S = 15.0
+#: Unanswered intervals after which the server is taken for dead.
+ALIVE_COUNT = 4
+#: Seconds a new connection may take at most (TCP and handshake).
+CONNECT_S = 15.0
+#: Seconds an ``ssh`` process that sent all of a file may take to exit.
 STALL_S = 60.0
 #: The SSH window and packet size offered for a stream channel (paramiko).
 WINDOW_BYTES = 16 << 20
@@ -58,6 +70,24 @@ class StreamError(TransportError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"[{kind}] {message}")
         self.kind = kind
+
+
+def alive_settings() -> tuple[float, int]:
+    """``(interval, count)``: a connection silent for ``interval`` seconds is sent a keepalive
+    the server must answer, and one silent for ``interval * count`` seconds is given up as dead.
+    The interval is ``$RGT_SSH_ALIVE_S`` (seconds, default 15), the count 4."""
+    raw = os.environ.get("RGT_SSH_ALIVE_S", "").strip()
+    if not raw:
+        return ALIVE_S, ALIVE_COUNT
+    try:
+        interval = float(raw)
+    except ValueError:
+        interval = 0.0
+    if not interval > 0 or interval > 86400:
+        raise StreamError(
+            "usage", f"RGT_SSH_ALIVE_S={raw!r}: give the keepalive interval in seconds (e.g. 15)"
+        )
+    return interval, ALIVE_COUNT
 
 
 def read_command(path: str, offset: int) -> str:
@@ -100,6 +130,7 @@ def openssh_argv(
     """``ssh`` argv that reaches ``alias`` exactly as the paramiko connection does, with host
     keys checked against ``known_hosts`` only and nothing interactive, forwarded or multiplexed."""
     quoted = " ".join('"' + str(p).replace('"', "") + '"' for p in known_hosts)
+    interval, count = alive_settings()
     options = {
         "BatchMode": "yes",
         "StrictHostKeyChecking": "yes",
@@ -113,9 +144,10 @@ def openssh_argv(
         "ForwardX11": "no",
         "PermitLocalCommand": "no",
         "Compression": "no",
-        "ConnectTimeout": "15",
-        "ServerAliveInterval": "15",
-        "ServerAliveCountMax": "4",
+        # Whole seconds only (OpenSSH takes no fractions); the paramiko connection's limits.
+        "ConnectTimeout": str(max(1, round(min(CONNECT_S, interval * count)))),
+        "ServerAliveInterval": str(max(1, round(interval))),
+        "ServerAliveCountMax": str(count),
         "Ciphers": "^" + ",".join(PREFERRED_CIPHERS),
         "LogLevel": "ERROR",
     }
@@ -222,7 +254,9 @@ class ChannelStream:
         self._chan = transport.open_session(
             window_size=WINDOW_BYTES, max_packet_size=PACKET_BYTES, timeout=timeout
         )
-        self._chan.settimeout(STALL_S)
+        interval, count = alive_settings()
+        self.stall_s = interval * count
+        self._chan.settimeout(self.stall_s)
         self._chan.exec_command(read_command(path, offset))
         self._ended = False
 
@@ -242,7 +276,7 @@ class ChannelStream:
                 got += len(chunk)
         except TimeoutError as exc:
             raise StreamError(
-                "timeout", f"no data for {STALL_S:g} s while reading {self.path}"
+                "timeout", f"no data for {self.stall_s:g} s while reading {self.path}"
             ) from exc
         except (EOFError, paramiko.SSHException, OSError) as exc:
             raise StreamError(

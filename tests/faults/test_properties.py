@@ -129,6 +129,16 @@ def test_well_formed_listings_are_accepted(files: dict[str, dict[str, Any]]) -> 
         assert not path.is_absolute() and ".." not in path.parts and _stays_inside(rel)
 
 
+@pytest.mark.fault(
+    "B-properties",
+    asserts="any path with .., /, an empty part or NUL is refused whole with a PullError naming it",
+    na="generated inputs checked in memory: no files are involved",
+    mutation=(
+        "rgt_jupyter/pull.py",
+        'if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\x00" in rel:',
+        "if False:",
+    ),
+)
 @FAST
 @example(bad="outputs/../../x")
 @example(bad="/etc/passwd")
@@ -136,6 +146,9 @@ def test_well_formed_listings_are_accepted(files: dict[str, dict[str, Any]]) -> 
 @example(bad="outputs/a\x00b")
 @given(bad=escaping_paths())
 def test_escaping_paths_are_refused(bad: str) -> None:
+    """Protection: rgt_jupyter/pull.py ``safe_relpath``: the test for ``/``, ``..``, empty
+    parts and NUL; removed, escaping paths pass and the case fails.
+    """
     with pytest.raises(PullError, match="rejected") as info:
         validate_listing({"outputs/ok.txt": GOOD_ENTRY, bad: GOOD_ENTRY}, [])
     assert repr(bad) in str(info.value)
@@ -357,12 +370,25 @@ def test_names_the_rule_allows_are_accepted(name: str) -> None:
     assert check_job_name(name) == name
 
 
+@pytest.mark.fault(
+    "B-properties",
+    asserts="any generated hostile job name is refused with the rule spelled out",
+    na="generated inputs checked in memory: no files are involved",
+    mutation=(
+        "rgt_jupyter/names.py",
+        'if not isinstance(name, str) or not JOB_NAME_RE.fullmatch(name) or ".." in name:',
+        "if not isinstance(name, str):",
+    ),
+)
 @FAST
 @example(name="-rf")
 @example(name="a\nb")
 @example(name="ok\n")
 @given(name=hostile_names())
 def test_hostile_names_are_refused_with_the_rule(name: str) -> None:
+    """Protection: rgt_jupyter/names.py ``check_job_name``: the allowlist; removed, hostile
+    names are accepted and the case fails.
+    """
     with pytest.raises(UsageError) as info:
         check_job_name(name)
     assert JOB_NAME_RULE in str(info.value)
@@ -489,6 +515,16 @@ def test_a_launch_line_splits_back_into_exactly_its_argv(
     assert python in argv and control in argv
 
 
+@pytest.mark.fault(
+    "B-properties",
+    asserts="dash and bash given the launch line get back exactly the argv and run nothing else",
+    na="generated inputs checked in memory: no files are involved",
+    mutation=(
+        "rgt_jupyter/launcher.py",
+        "return shlex.join(self.render(python, control_dir))",
+        'return " ".join(self.render(python, control_dir))',
+    ),
+)
 @FEW
 @example(launcher=DetachedLauncher(), python="$(touch pwned)", control="`touch pwned`;x")
 @given(
@@ -499,7 +535,11 @@ def test_a_launch_line_splits_back_into_exactly_its_argv(
 def test_a_real_shell_gets_the_launch_argv_back_and_runs_nothing_else(
     launcher: Launcher, python: str, control: str
 ) -> None:
-    """The line's leading ``sh`` is replaced by a shell function that prints its arguments."""
+    """The line's leading ``sh`` is replaced by a shell function that prints its arguments.
+
+    Protection: rgt_jupyter/launcher.py ``Launcher.launch_line``: ``shlex.join`` quotes
+    every word; joined unquoted, a real shell splits and expands them and the case fails.
+    """
     argv = launcher.render(python, control)
     assert argv[0] == "sh"
     line = launcher.launch_line(python, control)
@@ -588,6 +628,17 @@ def _numbers(tokens: list[Token]) -> list[Token]:
 FLOATS = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
 
 
+@pytest.mark.fault(
+    "B-properties",
+    asserts="a formatted float in a sentence is read with its value, decimals and sign "
+    "(ASCII or U+2212 minus)",
+    na="generated inputs checked in memory: no files are involved",
+    mutation=(
+        "rgt_jupyter/deliver/numtext.py",
+        '.replace("\\u2212", "-")',
+        "",
+    ),
+)
 @FAST
 @pytest.mark.parametrize("where", ["markdown", "output_text"])
 @example(x=-0.5, decimals=3, minus="\u2212")
@@ -597,6 +648,9 @@ FLOATS = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinit
 def test_a_formatted_float_in_a_sentence_is_read_with_its_value_and_decimals(
     where: str, x: float, decimals: int, minus: str
 ) -> None:
+    """Protection: rgt_jupyter/deliver/numtext.py: U+2212 is normalised to ``-``; removed,
+    a number shown with a typographic minus is read without its sign and the case fails.
+    """
     shown = f"{x:.{decimals}f}"
     sentence = f"The test accuracy was {shown.replace('-', minus)} on the held-out set."
     (tok,) = _numbers(ENTRIES[where](sentence))

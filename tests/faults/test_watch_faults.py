@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -27,7 +26,8 @@ from rgt_jupyter.status import Snapshot
 from rgt_jupyter.watch import Watcher, watcher_note
 from rgt_jupyter.watch_reads import Lines
 
-from .conftest import control_json, wait_for
+from ..conftest import control_json, sigkill_job_and_agent, wait_for
+from .evidence import Evidence
 
 HANG = """
 import time
@@ -56,23 +56,39 @@ def _launch(project: Path, program: str, name: str, **spec: Any) -> Job:
 def _kill(job: Job) -> None:
     status = control_json(job, "status.json")
     assert status is not None
-    for key in ("job_pid", "agent_pid"):
-        try:
-            os.kill(int(status[key]), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    sigkill_job_and_agent(status)
 
 
-def test_job_and_agent_killed_is_lost_never_running(project: Path) -> None:
+@pytest.mark.fault(
+    "F4-sigkill",
+    asserts="the watcher following a job whose agent and job are SIGKILLed reports lost (with "
+    "the diagnosis), never running, and the registry records lost",
+    mutation=(
+        "rgt_jupyter/status.py",
+        "alive, note = agent_alive(transport, spec, status, boot)",
+        "alive, note = True, None",
+    ),
+)
+def test_job_and_agent_killed_is_lost_never_running(project: Path, evidence: Evidence) -> None:
+    """The watcher's view of a job killed from outside.
+
+    Protection: rgt_jupyter/status.py ``observe``: a status.json that says running is believed
+    only while the agent it names is alive on this boot; removed, the watcher shows running
+    forever and the case fails.
+    """
     job = _launch(project, HANG, "killed")
     watcher = Watcher(min_interval=0.2, max_interval=0.5)
     seen = _follow(job, watcher)
     wait_for(lambda: seen and seen[-1].state == "running", 60, "running")
+    control = Path(job.spec["control_dir"])
+    wait_for(lambda: (control / "log").stat().st_size > 0, 30, "the first log line")
+    evidence.keep_prefix(control / "log")
     _kill(job)
     wait_for(lambda: seen[-1].state == "lost", 30, "lost after SIGKILL of agent and job")
     assert "without an exit record" in (seen[-1].diagnosis or "")
     assert Registry(project).get(job.id)["state"] == "lost"
     watcher.stop()
+    assert evidence.account(control) == 0
 
 
 def test_silent_hang_is_stalled_after_k_median_step_intervals(project: Path) -> None:

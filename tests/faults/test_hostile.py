@@ -16,6 +16,14 @@ from rgt_jupyter.launch import LaunchRequest, launch
 from rgt_jupyter.names import JOB_NAME_RULE, check_job_name
 from rgt_jupyter.registry import Registry
 
+from .evidence import Evidence
+
+ALLOWLIST = (
+    "rgt_jupyter/names.py",
+    'if not isinstance(name, str) or not JOB_NAME_RE.fullmatch(name) or ".." in name:',
+    "if not isinstance(name, str):",
+)
+
 HOSTILE_NAMES = [
     "a b",
     "it's",
@@ -54,24 +62,54 @@ def _no_pwned(*roots: Path) -> None:
         assert not list(root.rglob("pwned")), f"a shell ran something under {root}"
 
 
+@pytest.mark.fault(
+    "B-names",
+    asserts="each hostile name is refused with the rule before anything is created: no job, no "
+    "control dir, no shell ran, the sentinel beside the project untouched",
+    mutation=ALLOWLIST,
+)
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
-def test_hostile_job_names_are_refused_before_anything_runs(project: Path, name: str) -> None:
+def test_hostile_job_names_are_refused_before_anything_runs(
+    project: Path, name: str, evidence: Evidence
+) -> None:
+    """A hostile ``--name`` through the API.
+
+    Protection: rgt_jupyter/names.py ``check_job_name``: the allowlist regex and the '..' rule;
+    removed, the name reaches paths and command lines and the case fails.
+    """
+    evidence.sentinel(project.parent / "beside")
     with pytest.raises(RgtUsageError) as info:
         launch(LaunchRequest(program="open('ran', 'w').write('x')\n", name=name), project)
     assert JOB_NAME_RULE in str(info.value)
     assert Registry(project).jobs() == []
     assert not (project / ".rgt" / "local").exists()
     _no_pwned(project)
+    assert evidence.account(project.parent / "beside") == 0
 
 
+@pytest.mark.fault(
+    "B-names",
+    asserts="each hostile --name given to %%remote_run is a UsageError naming the rule; no job "
+    "is registered and the sentinel beside the project is untouched",
+    mutation=ALLOWLIST,
+)
 @pytest.mark.parametrize("name", [n for n in HOSTILE_NAMES if "\n" not in n and n])
-def test_hostile_names_through_the_magic(ip: Any, project: Path, name: str) -> None:
+def test_hostile_names_through_the_magic(
+    ip: Any, project: Path, name: str, evidence: Evidence
+) -> None:
+    """A hostile ``--name`` through the cell magic.
+
+    Protection: rgt_jupyter/names.py ``check_job_name``: the allowlist; removed, the magic
+    launches a job under that name and the case fails.
+    """
+    evidence.sentinel(project.parent / "beside")
     with capture_output():
         result = ip.run_cell(f"%%remote_run --name={shlex.quote(name)}\nprint(1)\n")
     assert isinstance(result.error_in_exec, UsageError)
     assert "not allowed" in str(result.error_in_exec)
     assert Registry(project).jobs() == []
     _no_pwned(project)
+    assert evidence.account(project.parent / "beside") == 0
 
 
 def test_allowlist_accepts_ordinary_names() -> None:
@@ -79,7 +117,26 @@ def test_allowlist_accepts_ordinary_names() -> None:
         assert check_job_name(name) == name
 
 
-def test_hostile_paths_are_handled_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.fault(
+    "B-names",
+    asserts="a project, pushed files and an env value full of shell syntax reach the job "
+    "byte for byte; no shell interprets them; the sources and a sentinel stay untouched",
+    mutation=(
+        "rgt_jupyter/launcher.py",
+        'setsid "$python" -u "$control/bundle.zip" run "$control"',
+        'setsid "$python" -u $control/bundle.zip run $control',
+    ),
+)
+def test_hostile_paths_are_handled_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, evidence: Evidence
+) -> None:
+    """Hostile paths (spaces, quotes, ``$(...)``, backticks, newlines, a leading '-').
+
+    Protection: rgt_jupyter/launcher.py: the launch script quotes every path it is given
+    (``"$control"``) and receives them as positional parameters; unquoted where it starts the
+    agent, the control dir of a project under such a path splits into words, the job never
+    starts and the case fails.
+    """
     # The project itself lives under a hostile path; so do the pushed files.
     project = tmp_path / "proj $(touch pwned) 'q' \"d\" ;x\n-y"
     project.mkdir()
@@ -87,11 +144,13 @@ def test_hostile_paths_are_handled_exactly(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.chdir(tmp_path)
     src = tmp_path / "in $(touch pwned)"
     src.mkdir()
+    evidence.sentinel(tmp_path / "beside")
     folder = src / "dir ;with `odd` names"
     folder.mkdir()
     for i, fname in enumerate(HOSTILE_FILES):
         (src / fname).write_text(f"content {i}")
         (folder / fname).write_text(f"nested {i}")
+    evidence.keep(src)
     program = (
         "import os\nimport rgt_jupyter.job as job\n"
         "out = {}\n"
@@ -125,3 +184,4 @@ def test_hostile_paths_are_handled_exactly(tmp_path: Path, monkeypatch: pytest.M
     assert run.verified
     assert run.path.parent == project / "runs"
     _no_pwned(tmp_path)
+    assert evidence.account(src, tmp_path / "beside") == 0

@@ -8,12 +8,14 @@ import re
 import signal
 from pathlib import Path
 
+import pytest
 import torch
 from IPython.core.interactiveshell import InteractiveShell
 
 from rgt_jupyter.api import Job
 
-from .conftest import wait_for
+from ..conftest import wait_for
+from .evidence import Evidence
 
 TOTAL = 60
 PREEMPT_AT = 25
@@ -101,7 +103,26 @@ def _load(path: str) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def test_preempt_then_resume_matches_uninterrupted_run(ip: InteractiveShell) -> None:
+@pytest.mark.fault(
+    "F4-sigterm",
+    asserts="SIGTERM mid-training: the job saves at the step boundary and ends preempted; "
+    "re-running the cell resumes from that checkpoint and ends bit-identical to an "
+    "uninterrupted run",
+    mutation=(
+        "rgt_jupyter/job.py",
+        "    _install_handlers()\n    atexit.register(_record_torch)",
+        "    atexit.register(_record_torch)",
+    ),
+)
+def test_preempt_then_resume_matches_uninterrupted_run(
+    ip: InteractiveShell, evidence: Evidence
+) -> None:
+    """A real SIGTERM to the training process of a deterministic CPU run.
+
+    Protection: rgt_jupyter/job.py: inside a job, ``_install_handlers()`` turns SIGTERM into
+    ``job.preempted()`` so the program saves at its step boundary; without the handlers the
+    signal kills it mid-step, no checkpoint is saved and the case fails.
+    """
     # A: the reference, uninterrupted.
     job_a = _run_cell(ip, "A")
     assert job_a.wait(timeout=120) == "finished", job_a.log()
@@ -141,6 +162,10 @@ def test_preempt_then_resume_matches_uninterrupted_run(ip: InteractiveShell) -> 
     saved = _load(os.path.join(job_b.spec["ckpt_dir"], f"ckpt-{preempt_step:010d}.pt"))
     assert saved["step"] == preempt_step
     assert not os.path.exists(os.path.join(job_b.spec["out_dir"], "final.pt"))
+    # What the preempted attempt saved survives its end (the resume reads it next).
+    evidence.keep(job_b.spec["ckpt_dir"])
+    evidence.keep_prefix(control_b / "log")
+    assert evidence.account(job_b.spec["ckpt_dir"], control_b) == 0
 
     # Re-running the same cell under the same name resumes from that checkpoint.
     job_b2 = _run_cell(ip, "B")

@@ -19,6 +19,8 @@ import torch
 from rgt_jupyter.api import Job
 from rgt_jupyter.launch import LaunchRequest, launch
 
+from .evidence import Evidence
+
 BIG_FLOATS = 150 * 1024 * 1024 // 4  # a ~150 MB float32 tensor: each write takes a while
 
 # Saves the big tensor as checkpoints 1, 2, 3, ...; element 0 records the step it was saved at.
@@ -84,7 +86,26 @@ def _complete_steps(ckpt_dir: str) -> list[int]:
     return sorted(found)
 
 
-def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(project: Path) -> None:
+@pytest.mark.fault(
+    "F5-ckpt-kill",
+    asserts="the job SIGKILLed while a 150 MB checkpoint is being written: the torn one never "
+    "gets its name, the previous one stays complete, loads and is what load_latest returns",
+    mutation=(
+        "rgt_jupyter/job.py",
+        "        sha, _ = _atomic_write(path, write, before_commit=record)\n",
+        "        with open(path, 'wb') as fh:\n            write(fh)\n"
+        "        sha = _sha256_file(path)\n        record(sha, 0)\n",
+    ),
+)
+def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(
+    project: Path, evidence: Evidence
+) -> None:
+    """A real job killed by SIGKILL the moment a checkpoint write is seen in flight.
+
+    Protection: rgt_jupyter/job.py ``save_checkpoint``: the checkpoint is written under a
+    temporary name, fsynced and renamed (``_atomic_write``); written in place instead, the kill
+    leaves a torn file under the checkpoint's own name and the case fails.
+    """
     job = Job(launch(LaunchRequest(program=PROGRAM, name="ck", smoke=False), project), project)
     control = Path(job.spec["control_dir"])
     ckpt_dir = job.spec["ckpt_dir"]
@@ -106,6 +127,7 @@ def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(project: Path
             if m and int(m.group(1)) > 1:
                 os.kill(job_pid, signal.SIGKILL)
                 torn = (name, int(m.group(1)))
+                evidence.keep(ckpt_dir)  # every complete checkpoint at the moment of the kill
                 break
         else:
             if (control / "exit.json").exists():
@@ -145,6 +167,7 @@ def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(project: Path
     loaded, stderr = _load_latest_in_subprocess(ckpt_dir)
     assert loaded == {"step": previous, "marker": float(previous)}, stderr
     assert f"loaded ckpt-{previous:010d}.pt" in stderr
+    assert evidence.account(ckpt_dir) == 0
 
 
 SAVE_TWO = textwrap.dedent(
@@ -157,9 +180,28 @@ SAVE_TWO = textwrap.dedent(
 )
 
 
-def test_load_latest_skips_a_truncated_newest_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.fault(
+    "F5-ckpt-kill",
+    asserts="a newest checkpoint truncated on disk (a write that never completed) is skipped "
+    "by load_latest, which says so and returns the previous one",
+    mutation=(
+        "rgt_jupyter/job.py",
+        "        if not _record_matches(path):\n",
+        "        if False:\n",
+    ),
+)
+def test_load_latest_skips_a_truncated_newest_checkpoint(
+    tmp_path: Path, evidence: Evidence
+) -> None:
+    """The newest checkpoint is cut to half its length.
+
+    Protection: rgt_jupyter/job.py ``load_latest``: a checkpoint counts only when its bytes
+    match the sha256 record written with it (``_record_matches``); removed, the truncated file
+    is tried first and, should it load, trusted: the case fails.
+    """
     ckpt_dir = tmp_path / "ckpt"
     _run_with_ckpt_dir(SAVE_TWO, str(ckpt_dir))
+    evidence.keep(ckpt_dir / "ckpt-0000000001.pt", ckpt_dir / "ckpt-0000000001.pt.sha256")
     assert _complete_steps(str(ckpt_dir)) == [1, 2]
 
     newest = ckpt_dir / "ckpt-0000000002.pt"
@@ -170,5 +212,69 @@ def test_load_latest_skips_a_truncated_newest_checkpoint(tmp_path: Path) -> None
 
     loaded, stderr = _load_latest_in_subprocess(str(ckpt_dir))
     assert loaded == {"step": 1, "marker": 1.0}, stderr
-    assert "skipping ckpt-0000000002.pt" in stderr
+    assert "skipping ckpt-0000000002.pt: bytes do not match its .sha256 record" in stderr
     assert "loaded ckpt-0000000001.pt" in stderr
+    assert evidence.account(ckpt_dir) == 0
+
+
+RESAVE_KILLED = textwrap.dedent(
+    """
+    import os, signal, torch
+    import rgt_jupyter.job as job
+    real = os.replace
+    def replace(src, dst, *args, **kwargs):
+        if str(dst).endswith("ckpt-0000000005.pt"):  # the new bytes are durable, not yet named
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(src, dst, *args, **kwargs)
+    os.replace = replace
+    job.save_checkpoint({"w": torch.full((50000,), 2.0), "step": 5}, 5)
+    """
+)
+
+
+@pytest.mark.fault(
+    "F5-ckpt-kill",
+    asserts="a job re-saving a step it saved before (a stop at a checkpoint boundary), killed "
+    "after its record is written and before the rename: the earlier checkpoint of that step "
+    "still matches its record and is what load_latest returns",
+    mutation=(
+        "rgt_jupyter/job.py",
+        "for h in _recorded(path) if h != sha]",
+        "for h in [] if h != sha]",
+    ),
+)
+def test_a_kill_while_replacing_a_step_keeps_the_earlier_checkpoint(
+    tmp_path: Path, evidence: Evidence
+) -> None:
+    """The same step saved twice; SIGKILL lands between the new record and the rename.
+
+    Protection: rgt_jupyter/job.py ``save_checkpoint``: while a step is replaced its record
+    lists both sha256 values until the rename is durable; with only the new one, the earlier
+    checkpoint no longer matches its record, is skipped, and the case fails.
+    """
+    ckpt_dir = tmp_path / "ckpt"
+    _run_with_ckpt_dir(SAVE_TWO.replace("(1, 2)", "(5,)"), str(ckpt_dir))
+    first = ckpt_dir / "ckpt-0000000005.pt"
+    evidence.keep(first)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
+    env["RGT_CKPT_DIR"] = str(ckpt_dir)
+    proc = subprocess.run(
+        [sys.executable, "-c", RESAVE_KILLED],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert len((ckpt_dir / "ckpt-0000000005.pt.sha256").read_text().splitlines()) == 2
+    loaded, stderr = _load_latest_in_subprocess(str(ckpt_dir))
+    assert loaded == {"step": 5, "marker": 5.0}, stderr
+    assert evidence.account(ckpt_dir) == 0
+    # The next save of the step completes and leaves a record of the new bytes only.
+    _run_with_ckpt_dir(
+        SAVE_TWO.replace("(1, 2)", "(5,)").replace("float(step)", "7.0"), str(ckpt_dir)
+    )
+    assert len((ckpt_dir / "ckpt-0000000005.pt.sha256").read_text().splitlines()) == 1
+    loaded, stderr = _load_latest_in_subprocess(str(ckpt_dir))
+    assert loaded == {"step": 5, "marker": 7.0}, stderr

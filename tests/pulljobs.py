@@ -1,0 +1,34 @@
+"""Finished local jobs to pull: a small training program that writes two torch checkpoints, a
+predictions file and results."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from rgt_jupyter.api import Job
+from rgt_jupyter.launch import LaunchRequest, launch
+
+TRAIN = """\
+import os, torch
+import rgt_jupyter.job as job
+torch.manual_seed(0)
+w = torch.randn(64, 64)
+for step in (1, 2):
+    job.save_checkpoint({"w": w * step, "step": step}, step=step)
+with open(os.path.join(os.environ["RGT_OUT"], "preds.csv"), "w") as fh:
+    fh.write("id,pred\\n" + "".join(f"{i},{i % 3}\\n" for i in range(100)))
+job.save_results({"val": {"acc": 0.75}})
+"""
+
+
+def finished(project: Path, program: str = TRAIN, name: str = "p") -> Job:
+    """Launch ``program`` on the local profile and wait for it to finish."""
+    job = Job(launch(LaunchRequest(program=program, name=name), project), project)
+    assert job.wait(120) == "finished", job.log()
+    return job
+
+
+def sha(path: Path) -> str:
+    """The sha256 of a file."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
