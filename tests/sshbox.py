@@ -39,6 +39,19 @@ def box(
         .replace("smoke_default = true", "smoke_default = false")
     )
     yield known
+    close_connections(project)
+
+
+def close_connections(project: Path) -> None:
+    """Close this process's SSH connections made for ``project`` (each holds a socket and its
+    threads, which would otherwise outlive the test)."""
+    from rgt_jupyter.transport import ssh
+
+    with ssh._CONNECTIONS_LOCK:
+        keys = [key for key in ssh._CONNECTIONS if key[1] == str(project)]
+        transports = [ssh._CONNECTIONS.pop(key) for key in keys]
+    for transport in transports:
+        transport.close()
 
 
 @contextmanager

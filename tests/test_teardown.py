@@ -21,7 +21,7 @@ from rgt_jupyter.teardown import compute_gate, confirm_guided, decide, settle_or
 
 from .conftest import wait_for
 from .fakeclouds import RunPodFake
-from .machines import POD
+from .machines import ON_THIS_MACHINE, POD
 from .pulljobs import TRAIN
 
 WAITS = """\
@@ -219,21 +219,17 @@ def test_widget_enables_approve_only_when_the_gate_passes(project: Path, pod: Ru
     assert Registry(project).decisions()[-1]["decision"] == "orphan_kept"
 
 
-GUIDED = """\
-extends = "autodl"
-transport = "local"
-python = ""
-workdir = "{project}/.rgt/local/jobs"
-durable_dir = "{project}/.rgt/local/durable"
-scratch_dir = "{project}/.rgt/local/scratch"
-smoke_default = false
-
+GUIDED = (
+    'extends = "autodl"\n'
+    + ON_THIS_MACHINE
+    + """
 [[tiers]]
 path = "/"
 label = "data disk"
 survives_stop = true
 survives_destroy = false
 """
+)
 
 
 def test_teardown_magic_shows_the_gate(project: Path, pod: RunPodFake, ip: Any) -> None:
