@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rgt_jupyter.agent import sha256_file
+
 
 def _files(root: Path) -> list[Path]:
     """Plain files under ``root``; inside a folder, hidden names (the temporaries of atomic
@@ -34,12 +36,8 @@ def _files(root: Path) -> list[Path]:
 
 
 def sha256(path: Path) -> str:
-    """The sha256 of one file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """The sha256 of one file (as the agent computes it for its manifests)."""
+    return sha256_file(str(path))[0]
 
 
 def _starts_with(path: Path, size: int, sha: str) -> bool:

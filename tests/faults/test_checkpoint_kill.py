@@ -56,11 +56,11 @@ LOAD_LATEST = textwrap.dedent(
 )
 
 
-def _run_with_ckpt_dir(code: str, ckpt_dir: str) -> subprocess.CompletedProcess[str]:
+def _run_in_ckpt_dir(code: str, ckpt_dir: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter whose only RGT_* variable is RGT_CKPT_DIR."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
     env["RGT_CKPT_DIR"] = ckpt_dir
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code],
         env=env,
         capture_output=True,
@@ -68,6 +68,11 @@ def _run_with_ckpt_dir(code: str, ckpt_dir: str) -> subprocess.CompletedProcess[
         timeout=120,
         check=False,
     )
+
+
+def _run_with_ckpt_dir(code: str, ckpt_dir: str) -> subprocess.CompletedProcess[str]:
+    """:func:`_run_in_ckpt_dir`, which must succeed."""
+    proc = _run_in_ckpt_dir(code, ckpt_dir)
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -256,16 +261,7 @@ def test_a_kill_while_replacing_a_step_keeps_the_earlier_checkpoint(
     _run_with_ckpt_dir(SAVE_TWO.replace("(1, 2)", "(5,)"), str(ckpt_dir))
     first = ckpt_dir / "ckpt-0000000005.pt"
     evidence.keep(first)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
-    env["RGT_CKPT_DIR"] = str(ckpt_dir)
-    proc = subprocess.run(
-        [sys.executable, "-c", RESAVE_KILLED],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = _run_in_ckpt_dir(RESAVE_KILLED, str(ckpt_dir))
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert len((ckpt_dir / "ckpt-0000000005.pt.sha256").read_text().splitlines()) == 2
     loaded, stderr = _load_latest_in_subprocess(str(ckpt_dir))
