@@ -20,12 +20,18 @@ import base64
 import json
 import os
 import sys
+import time
 from typing import Any, Dict, List, Optional
 
 #: At most this many new bytes of a log are returned per look; the rest comes with the next one.
 MAX_CHUNK = 1 << 20
 #: At most this many bytes of an overlong line are passed over per look (see :func:`read_from`).
 MAX_SKIP = 1 << 30
+#: A live process shows an empty command line for a moment while it execs (the kernel has put in
+#: its new image but not yet its arguments), as the agent does just after its launch: such a
+#: process is looked at again, up to this many times, waiting ``EXEC_PAUSE_S`` doubled each time.
+EXEC_LOOKS = 8
+EXEC_PAUSE_S = 0.002
 
 
 def _text(path: str, limit: int = 1 << 20) -> Optional[str]:
@@ -63,13 +69,20 @@ def process_kind(pid: int, start_ticks: Any, control: str) -> str:
     line names the control dir, ``other`` when it is alive but another process, else ``gone``."""
     if not _alive(pid, start_ticks):
         return "gone"
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as fh:
-            cmdline = fh.read()
-    except FileNotFoundError:
-        return "gone"
-    except OSError:
-        return "agent"  # the command line is hidden here: the pid and its start time decide
+    cmdline = b""
+    for look in range(EXEC_LOOKS):
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as fh:
+                cmdline = fh.read()
+        except FileNotFoundError:
+            return "gone"
+        except OSError:
+            return "agent"  # the command line is hidden here: the pid and its start time decide
+        if cmdline:
+            break
+        if not _alive(pid, start_ticks):
+            return "gone"
+        time.sleep(EXEC_PAUSE_S * 2**look)  # mid-exec: its arguments are not in place yet
     name = control.rstrip("/").rsplit("/", 1)[-1]
     return "agent" if name.encode() in cmdline else "other"
 

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .probe import EXEC_LOOKS, EXEC_PAUSE_S
 from .transport import Transport
 
 STATES = ("queued", "running", "finished", "failed", "preempted", "lost")
@@ -256,12 +257,19 @@ def _process(transport: Transport, pid: int, ticks: int | None, control: str) ->
         return str(kinds[pid])
     if not transport.proc_alive(pid, ticks):
         return "gone"
-    try:
-        cmdline = transport.read_bytes(f"/proc/{pid}/cmdline")
-    except FileNotFoundError:
-        return "gone"
-    except OSError:
-        return "agent"  # the command line is hidden here: the pid and its start time decide
+    cmdline = b""
+    for look in range(EXEC_LOOKS):
+        try:
+            cmdline = transport.read_bytes(f"/proc/{pid}/cmdline")
+        except FileNotFoundError:
+            return "gone"
+        except OSError:
+            return "agent"  # the command line is hidden here: the pid and its start time decide
+        if cmdline:
+            break
+        if not transport.proc_alive(pid, ticks):
+            return "gone"
+        time.sleep(EXEC_PAUSE_S * 2**look)  # mid-exec (see probe.EXEC_LOOKS): look again
     name = control.rstrip("/").rsplit("/", 1)[-1]
     return "agent" if name.encode() in cmdline else "other"
 

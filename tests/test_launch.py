@@ -24,7 +24,11 @@ import rgt_jupyter
 from rgt_jupyter.api import Job
 from rgt_jupyter.launch import LaunchRequest, launch
 from rgt_jupyter.launcher import DetachedLauncher
+from rgt_jupyter.probe import process_kind
 from rgt_jupyter.profiles import ProfileError, load_profile, parse_profile
+from rgt_jupyter.status import _process as status_process
+from rgt_jupyter.status import agent_pid, observe
+from rgt_jupyter.transport.local import LocalTransport
 
 from .conftest import control_json, rgt
 
@@ -371,6 +375,58 @@ def test_launch_returns_before_the_remote_python_starts(project: Path, tmp_path:
     job = Job(row, project)
     assert job.snapshot().state == "queued"
     assert job.wait(60) == "finished" and job.log().strip() == "late"
+
+
+class _MidExec(LocalTransport):
+    """This machine, except that a process's command line reads empty for its first ``looks``
+    reads: what Linux answers while the process execs (new image in, arguments not yet)."""
+
+    def __init__(self, looks: int) -> None:
+        super().__init__()
+        self.looks = looks
+        self.empty = 0
+
+    def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        if path.endswith("/cmdline") and self.empty < self.looks:
+            self.empty += 1
+            return b""
+        return super().read_bytes(path, offset, length)
+
+
+def test_an_agent_caught_mid_exec_is_not_taken_for_another_process(project: Path) -> None:
+    """Just after a launch, the agent's pid may be between two programs (``setsid`` → python):
+    its command line reads empty. It is looked at again, never called another process (which
+    made a job that had just started ``lost``)."""
+    program = "import time\ntime.sleep(3)\nprint('done')\n"
+    job = Job(launch(LaunchRequest(program=program, name="execing"), project), project)
+    wait_until = time.monotonic() + 30
+    while job.snapshot().state != "running" and time.monotonic() < wait_until:
+        time.sleep(0.05)
+    transport = _MidExec(looks=3)
+    assert observe(transport, job.spec).state == "running"
+    assert transport.empty == 3
+    pid = agent_pid(LocalTransport(), job.spec)
+    assert pid is not None
+    assert process_kind(pid, None, job.spec["control_dir"]) == "agent"
+    assert job.wait(60) == "finished" and job.log().strip() == "done"
+    # Gone for good: an empty command line of a process that is not alive is no agent.
+    assert observe(_MidExec(looks=1), job.spec).state == "finished"
+
+
+def test_processes_that_exec_are_never_another_process_on_the_way(tmp_path: Path) -> None:
+    """Real processes, looked at while they exec from one program into another, both naming the
+    same control dir: every look says ``agent`` (or ``gone`` once it exited), never ``other``."""
+    control = str(tmp_path / "ctl-execwindow")
+    then = f"import os, sys; os.execv(sys.executable, [sys.executable, '-S', '-c', 'pass', {control!r}])"
+    transport = LocalTransport()
+    kinds: Counter[str] = Counter()
+    for _ in range(150):
+        child = subprocess.Popen([sys.executable, "-S", "-c", then, control])
+        while child.poll() is None:
+            kinds[status_process(transport, child.pid, None, control)] += 1
+            kinds[process_kind(child.pid, None, control)] += 1
+    assert kinds["agent"] > 0
+    assert kinds["other"] == 0, kinds
 
 
 def _processes_mentioning(text: str) -> list[str]:
