@@ -365,16 +365,24 @@ def test_a_launch_is_one_command(project: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_launch_returns_before_the_remote_python_starts(project: Path, tmp_path: Path) -> None:
+    """The interpreter waits for a file the test writes only after ``launch`` returned: a launch
+    that waited for the remote python would return only when that wait ran out (and says so)."""
+    gate, gave_up = tmp_path / "go", tmp_path / "gave up"
     slow = tmp_path / "slow python"
-    slow.write_text(f'#!/bin/sh\nsleep 2\nexec {shlex.quote(sys.executable)} "$@"\n')
+    slow.write_text(
+        f"#!/bin/sh\nn=0\nwhile [ ! -e {shlex.quote(str(gate))} ]; do\n"
+        f"  n=$((n + 1)); if [ $n -gt 1200 ]; then : >{shlex.quote(str(gave_up))}; break; fi\n"
+        f'  sleep 0.1\ndone\nexec {shlex.quote(sys.executable)} "$@"\n'
+    )
     slow.chmod(0o755)
     Job(launch(LaunchRequest(program="print(0)\n", name="audit"), project), project).wait(60)
-    t0 = time.monotonic()
     row = launch(LaunchRequest(program="print('late')\n", name="slow", python=str(slow)), project)
-    assert time.monotonic() - t0 < 1.5
+    assert not gave_up.exists()
     job = Job(row, project)
     assert job.snapshot().state == "queued"
+    gate.touch()
     assert job.wait(60) == "finished" and job.log().strip() == "late"
+    assert not gave_up.exists()
 
 
 class _MidExec(LocalTransport):
