@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 #: At most this many new bytes of a log are returned per look; the rest comes with the next one.
 MAX_CHUNK = 1 << 20
@@ -64,27 +64,41 @@ def _alive(pid: Any, start_ticks: Any) -> bool:
         return False
 
 
-def process_kind(pid: int, start_ticks: Any, control: str) -> str:
+def _cmdline(pid: int) -> bytes:
+    with open("/proc/%d/cmdline" % pid, "rb") as fh:
+        return fh.read()
+
+
+def process_kind(
+    pid: int,
+    start_ticks: Any,
+    control: str,
+    alive: Optional[Callable[[int, Any], bool]] = None,
+    cmdline: Optional[Callable[[int], bytes]] = None,
+) -> str:
     """``agent`` when ``pid`` is alive (started at ``start_ticks``, when given) and its command
-    line names the control dir, ``other`` when it is alive but another process, else ``gone``."""
-    if not _alive(pid, start_ticks):
+    line names the control dir, ``other`` when it is alive but another process, else ``gone``.
+    ``alive`` and ``cmdline`` look at the processes (by default this machine's; the status
+    rules pass a transport's)."""
+    is_alive = alive or _alive
+    read = cmdline or _cmdline
+    if not is_alive(pid, start_ticks):
         return "gone"
-    cmdline = b""
+    args = b""
     for look in range(EXEC_LOOKS):
         try:
-            with open("/proc/%d/cmdline" % pid, "rb") as fh:
-                cmdline = fh.read()
+            args = read(pid)
         except FileNotFoundError:
             return "gone"
         except OSError:
             return "agent"  # the command line is hidden here: the pid and its start time decide
-        if cmdline:
+        if args:
             break
-        if not _alive(pid, start_ticks):
+        if not is_alive(pid, start_ticks):
             return "gone"
         time.sleep(EXEC_PAUSE_S * 2**look)  # mid-exec: its arguments are not in place yet
     name = control.rstrip("/").rsplit("/", 1)[-1]
-    return "agent" if name.encode() in cmdline else "other"
+    return "agent" if name.encode() in args else "other"
 
 
 def _mtime(path: Optional[str]) -> Optional[float]:

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .probe import EXEC_LOOKS, EXEC_PAUSE_S
+from .probe import process_kind
 from .transport import Transport
 
 STATES = ("queued", "running", "finished", "failed", "preempted", "lost")
@@ -255,23 +255,13 @@ def _process(transport: Transport, pid: int, ticks: int | None, control: str) ->
     kinds = getattr(transport, "procs", None)
     if kinds is not None and pid in kinds:  # the watcher's probe looked already
         return str(kinds[pid])
-    if not transport.proc_alive(pid, ticks):
-        return "gone"
-    cmdline = b""
-    for look in range(EXEC_LOOKS):
-        try:
-            cmdline = transport.read_bytes(f"/proc/{pid}/cmdline")
-        except FileNotFoundError:
-            return "gone"
-        except OSError:
-            return "agent"  # the command line is hidden here: the pid and its start time decide
-        if cmdline:
-            break
-        if not transport.proc_alive(pid, ticks):
-            return "gone"
-        time.sleep(EXEC_PAUSE_S * 2**look)  # mid-exec (see probe.EXEC_LOOKS): look again
-    name = control.rstrip("/").rsplit("/", 1)[-1]
-    return "agent" if name.encode() in cmdline else "other"
+    return process_kind(
+        pid,
+        ticks,
+        control,
+        transport.proc_alive,
+        lambda p: transport.read_bytes(f"/proc/{p}/cmdline"),
+    )
 
 
 def agent_alive(

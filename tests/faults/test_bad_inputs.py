@@ -437,8 +437,8 @@ PROGRESS_VARIANTS: dict[str, bytes] = {
     "process, and the teardown gate stays shut until the real end and a verified pull",
     mutation=[
         (
-            "rgt_jupyter/status.py",
-            'return "agent" if name.encode() in cmdline else "other"',
+            "rgt_jupyter/probe.py",
+            'return "agent" if name.encode() in args else "other"',
             'return "agent"',
         ),
         (
@@ -466,14 +466,14 @@ def test_hostile_records_of_a_running_job_are_not_believed(
     """A running job's records are replaced by hostile ones, one after another; every observer
     looks at each.
 
-    Protection: rgt_jupyter/status.py ``_process``: a pid is the agent only when its command
-    line names the job's control dir (removed, a record naming the test runner is believed and
-    no note says it is not the agent); ``observe``: while the agent runs the job runs, whatever
-    exit.json claims (removed, a forged exit record makes a running job finished and opens the
-    gate's first check); ``status_problem``: a pid that is not a process id makes status.json
-    unreadable, said so (removed, no diagnosis says so); rgt_jupyter/render.py ``_short``
-    cleans every value of a progress record (removed, a metric's escape reaches the text).
-    Each removed, the case fails.
+    Protection: rgt_jupyter/probe.py ``process_kind`` (every observer's ``_process``): a pid is
+    the agent only when its command line names the job's control dir (removed, a record naming
+    the test runner is believed and no note says it is not the agent); rgt_jupyter/status.py
+    ``observe``: while the agent runs the job runs, whatever exit.json claims (removed, a forged
+    exit record makes a running job finished and opens the gate's first check);
+    ``status_problem``: a pid that is not a process id makes status.json unreadable, said so
+    (removed, no diagnosis says so); rgt_jupyter/render.py ``_short`` cleans every value of a
+    progress record (removed, a metric's escape reaches the text). Each removed, the case fails.
     """
     sentinel = _sentinel(tmp_path, evidence)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -536,8 +536,8 @@ def test_hostile_records_of_a_running_job_are_not_believed(
     "stays shut (never pulled) and opens only after a verified pull of the real records",
     mutation=[
         (
-            "rgt_jupyter/status.py",
-            'return "agent" if name.encode() in cmdline else "other"',
+            "rgt_jupyter/probe.py",
+            'return "agent" if name.encode() in args else "other"',
             'return "agent"',
         ),
         (
@@ -554,9 +554,9 @@ def test_hostile_records_of_an_ended_job_are_not_believed(
 
     Protection: rgt_jupyter/status.py ``exit_problem``: an exit record whose state the agent
     never writes is no exit record (removed, a job whose exit.json says 'verified' is shown
-    queued, not lost); ``_process``: the test runner's pid in status.json is not the agent
-    (removed, the ended job is shown running for as long as the runner lives). Each removed,
-    the case fails.
+    queued, not lost); rgt_jupyter/probe.py ``process_kind``: the test runner's pid in
+    status.json is not the agent (removed, the ended job is shown running for as long as the
+    runner lives). Each removed, the case fails.
     """
     sentinel = _sentinel(tmp_path, evidence)
     job = _rented_job(project, NO_RESULTS, "ended")
