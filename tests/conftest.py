@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,16 +118,22 @@ def run_cell(ip: Any, source: str) -> tuple[Any, str]:
     return result, out.stdout + out.stderr + shown
 
 
-def rgt(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run ``rgt ARGS`` (``python -m rgt_jupyter``) in ``cwd``, finding the project from there."""
-    env = {k: v for k, v in os.environ.items() if k != "RGT_PROJECT"}
+def rgt(
+    *args: str,
+    cwd: Path,
+    check: bool = True,
+    timeout: float = 300,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``rgt ARGS`` (``python -m rgt_jupyter``) in ``cwd``, finding the project from there
+    (``RGT_PROJECT`` is left out of ``env``, this process's environment by default)."""
     proc = subprocess.run(
         [sys.executable, "-m", "rgt_jupyter", *args],
         cwd=cwd,
-        env=env,
+        env={k: v for k, v in (os.environ if env is None else env).items() if k != "RGT_PROJECT"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
     if check:

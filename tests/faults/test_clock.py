@@ -33,7 +33,7 @@ from rgt_jupyter.render import snapshot_text
 from rgt_jupyter.teardown import compute_gate
 from rgt_jupyter.watch import Watcher
 
-from ..conftest import sigkill_job_and_agent, wait_for
+from ..conftest import rgt, sigkill_job_and_agent, wait_for
 from .evidence import Evidence
 from .shim import env_with
 
@@ -258,17 +258,8 @@ def test_the_notebook_hosts_clock_an_hour_off(
         assert states <= {"queued", "running"}, watched
         assert 0 <= watched["last"]["heartbeat_age"] < 30, watched
 
-        cli_env = {k: v for k, v in env.items() if k != "RGT_PROJECT"}
         for args in (["watch", "forever"], ["jobs"]):
-            proc = subprocess.run(
-                [sys.executable, "-m", "rgt_jupyter", *args],
-                cwd=project,
-                env=cli_env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=True,
-            )
+            proc = rgt(*args, cwd=project, env=env, timeout=120)
             if args[0] == "watch":
                 assert "[running]" in proc.stdout, proc.stdout
                 assert _heartbeat_shown(proc.stdout) < 30, proc.stdout

@@ -123,6 +123,18 @@ def _finished(project: Path, program: str, name: str, profile: str = "local", **
     return job
 
 
+def _pulled_to(
+    project: Path, evidence: Evidence, program: str, name: str, mount: Path
+) -> tuple[Job, dict[str, Path], Path]:
+    """A finished pod job of ``program``, a sentinel beside the pull's destination on ``mount``
+    and the job's files kept as evidence: the job, its files as listed, the destination."""
+    job = _finished(project, program, name, profile="pod")
+    sentinel = mount / "sentinel"
+    sentinel.write_bytes(b"beside the destination, untouched\n")
+    evidence.keep(*_remote(job), sentinel)
+    return job, _source_files(job), mount / "runs"
+
+
 def _remote(job: Job) -> tuple[Path, Path]:
     return Path(job.spec["out_dir"]), Path(job.spec["ckpt_dir"])
 
@@ -204,14 +216,9 @@ def test_pull_to_a_disk_too_small_is_refused_up_front(
     else:
         program = FILES_JOB.format(sub="many", n=40, size=64, ckpt=256)
         mount = tmpfs("dest", size="64m", inodes=24)
-    job = _finished(project, program, f"up-{limit}", profile="pod")
-    sentinel = mount / "sentinel"
-    sentinel.write_bytes(b"beside the destination, untouched\n")
-    evidence.keep(*_remote(job), sentinel)
-    sources = _source_files(job)
+    job, sources, dest = _pulled_to(project, evidence, program, f"up-{limit}", mount)
     need_bytes = sum(p.stat().st_size for p in sources.values())
     free_bytes, free_inodes = _free(mount)
-    dest = mount / "runs"
 
     with pytest.raises(PullError) as err:
         job.pull(to=dest)
@@ -317,13 +324,8 @@ def test_disk_filling_up_during_a_pull(
     else:
         program = FILES_JOB.format(sub="many", n=40, size=64, ckpt=256)
         mount = tmpfs("dest", size="64m", inodes=100)
-    job = _finished(project, program, f"mid-{limit}", profile="pod")
-    sentinel = mount / "sentinel"
-    sentinel.write_bytes(b"beside the destination\n")
-    evidence.keep(*_remote(job), sentinel)
-    sources = _source_files(job)
+    job, sources, dest = _pulled_to(project, evidence, program, f"mid-{limit}", mount)
     total = sum(p.stat().st_size for p in sources.values())
-    dest = mount / "runs"
     partial = dest / f".partial-{job.id}"
     filler = Filler(mount, partial, limit)
     filler.start()
@@ -368,7 +370,7 @@ def test_disk_filling_up_during_a_pull(
     evidence.teardown(reachable=gate.passed, gate_should_pass=True)
     assert gate.passed, gate.text()
     assert evidence.account(run.path, *_remote(job), mount) == 0
-    assert evidence.account(run.path, sentinel) == 0  # the run alone holds every file too
+    assert evidence.account(run.path, mount / "sentinel") == 0  # the run alone holds every file too
 
 
 # -- F7: the job's disk ----------------------------------------------------------------------
