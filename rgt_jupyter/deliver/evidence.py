@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import UsageError
 from ..fsutil import atomic_write_bytes
 from ..project import project_dir
+from .refs import CLAIM_REF, Results, resolve, split_ref
 
 SCHEMA_VERSION = "1.0"
 FILENAME = "EVIDENCE.json"
@@ -150,9 +151,7 @@ def add_claim(
     and any of ``metric``, ``direction``, ``split``, ``n``, ``figure``; what is not given is
     read next to the value (``n``, ``direction``, ``split`` beside it, the metric from the key).
     The row records the resolved run id, so a later pull does not change what it names."""
-    from .numbers import _CLAIM
-
-    if not _CLAIM.match(claim_id) or "#" in claim_id:
+    if not CLAIM_REF.match(claim_id) or "#" in claim_id:
         raise UsageError(f"claim id {claim_id!r}: use letters, digits, '-', '_' (e.g. 'C1')")
     if not evidence:
         raise UsageError(f"claim {claim_id}: name at least one '<run>:<key.path>' as evidence")
@@ -182,8 +181,6 @@ def sync(project: str | os.PathLike[str] | Path | None = None, write: bool = Tru
     """Re-resolve every evidence row's ``run:key``; refresh ``value``, ``results_json`` and
     ``results_sha256`` where they changed (and write EVIDENCE.json when ``write``). Returns a
     :class:`Change` per updated row and per row that no longer resolves (kept as it was)."""
-    from .numbers import resolve
-
     proj = project_dir(project)
     data = load(proj)
     changes: list[Change] = []
@@ -253,8 +250,6 @@ def _check_value(value: Any, ref: str) -> None:
 
 
 def _row(item: str | Mapping[str, Any], project: Path) -> dict[str, Any]:
-    from .numbers import results, split_ref
-
     given: dict[str, Any] = {"ref": item} if isinstance(item, str) else dict(item)
     ref = given.get("ref")
     if not isinstance(ref, str):
@@ -263,7 +258,7 @@ def _row(item: str | Mapping[str, Any], project: Path) -> dict[str, Any]:
     if unknown:
         raise UsageError(f"evidence {ref}: unknown fields {sorted(unknown)}; use {_ROW_FIELDS}")
     source, key = split_ref(ref)
-    run = results(source, project)
+    run = Results.of(source, project)
     resolved = run.resolved(key)
     _check_value(resolved.value, ref)
     _, parts, parent = run.located(key)

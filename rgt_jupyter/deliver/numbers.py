@@ -5,48 +5,31 @@ the exact bytes of its ``results.json``, walks the dotted key and formats the ra
 :class:`GeneratedNumber` it returns shows as that text and carries its source in the output's
 metadata. :func:`results` gives one run's results as a read-only mapping, and :func:`md` fills a
 markdown template with such numbers (see :mod:`rgt_jupyter.deliver` for the reference syntax).
+A run reference is resolved by :mod:`.refs`, a claim id through EVIDENCE.json (:mod:`.evidence`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from ..errors import UsageError
 from ..project import project_dir
+from . import refs
+from .evidence import claim_row
+from .refs import CLAIM_REF, Resolved
 
 #: A markdown placeholder ``{{rgt:<ref>|<fmt>}}`` (``|<fmt>`` optional); groups ``ref``, ``fmt``.
 PLACEHOLDER = re.compile(r"\{\{\s*rgt:(?P<ref>[^{}|]+?)\s*(?:\|(?P<fmt>[^{}]*))?\}\}")
 
 #: A ``{name}`` or ``{name:spec}`` field of an :func:`md` template.
 _FIELD = re.compile(r"\{(?P<name>[A-Za-z_]\w*)(?::(?P<spec>[^{}]*))?\}")
-_CLAIM = re.compile(r"^(?P<id>[^:#\s]+?)(?:#(?P<row>\d+))?$")
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """One reference resolved: the value at ``key`` of the run's ``results.json`` as it was read,
-    the sha256 of those bytes, and (for a claim reference) the claim's id and row."""
-
-    ref: str
-    run_id: str
-    run_dir: Path
-    results_path: Path
-    results_json: str
-    sha256: str
-    key: str
-    value: Any
-    claim_id: str | None = None
-    claim_row: int | None = None
 
 
 @dataclass(frozen=True)
@@ -107,66 +90,13 @@ class GeneratedMarkdown:
         return data, {"rgt_jupyter": {"generated": [dict(g) for g in self.generated]}}
 
 
-class Results(Mapping[str, Any]):
-    """One run's ``results.json`` as read once: a read-only mapping (nested mappings and lists
-    are read-only too), with :meth:`num` giving :class:`GeneratedNumber` s from those bytes."""
-
-    def __init__(self, source: str, run_dir: Path, project: Path) -> None:
-        self.source = source
-        self.run_dir = run_dir
-        self.run_id = run_dir.name
-        self.path, self.results_json, raw = _read_results(run_dir, project)
-        self.sha256 = hashlib.sha256(raw).hexdigest()
-        self._plain = _parse(raw, self.path)
-        if not isinstance(self._plain, dict):
-            raise UsageError(
-                f"{self.path} holds a {type(self._plain).__name__}, not a JSON object of results"
-            )
-        self._data = _freeze(self._plain)
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def value(self, key: str) -> Any:
-        """The value at the dotted ``key`` (read-only)."""
-        return _freeze(_walk(self._plain, key, self.run_id))
-
-    def located(self, key: str) -> tuple[Any, list[str], Any]:
-        """The value at ``key``, the keys walked to it (``AP@0.5`` is one), and the mapping or
-        list that holds it (None at the top level); all read-only."""
-        value, parts = _locate(self._plain, key, self.run_id)
-        parent: Any = None
-        if len(parts) > 1:
-            parent = self._plain
-            for part in parts[:-1]:
-                parent = parent[int(part)] if isinstance(parent, list) else parent[part]
-        return _freeze(value), parts, _freeze(parent)
-
-    def resolved(self, key: str) -> Resolved:
-        """``key`` resolved against these bytes."""
-        return Resolved(
-            ref=f"{self.run_id}:{key}",
-            run_id=self.run_id,
-            run_dir=self.run_dir,
-            results_path=self.path,
-            results_json=self.results_json,
-            sha256=self.sha256,
-            key=key,
-            value=_walk(self._plain, key, self.run_id),
-        )
+class Results(refs.Results):
+    """One run's ``results.json`` as read once (:class:`rgt_jupyter.deliver.refs.Results`: a
+    read-only mapping), with :meth:`num` giving :class:`GeneratedNumber` s from those bytes."""
 
     def num(self, key: str, fmt: str | None = None) -> GeneratedNumber:
         """The number at ``key``, formatted with ``fmt``."""
         return _number(self.resolved(key), fmt)
-
-    def __repr__(self) -> str:
-        return f"<Results {self.run_id} {self.results_json} sha256={self.sha256[:12]}>"
 
 
 # -- public functions
@@ -177,46 +107,10 @@ def resolve(ref: str, project: str | os.PathLike[str] | Path | None = None) -> R
 
     The source is a run folder, a run id or a job id/name (its newest pulled run); a seed group
     is refused. Raises :class:`UsageError` saying what to do instead."""
-    proj = project_dir(project)
     ref = ref.strip()
     if ":" not in ref:
-        return _resolve_claim(ref, proj)
-    source, key = split_ref(ref)
-    resolved = Results(source, run_folder(source, proj), proj).resolved(key)
-    return dataclasses.replace(resolved, ref=ref)
-
-
-def split_ref(ref: str) -> tuple[str, str]:
-    """``"<source>:<key.path>"`` as (source, key), split at the last ':'."""
-    source, sep, key = ref.strip().rpartition(":")
-    if not sep or not source.strip() or not key.strip():
-        raise UsageError(
-            f"reference {ref!r}: write <run id, run folder or job>:<key.path>, e.g. "
-            "'baseline:test.accuracy', or a claim id of EVIDENCE.json such as 'C1'"
-        )
-    return source.strip(), key.strip()
-
-
-def run_folder(source: str, project: Path) -> Path:
-    """The one run folder ``source`` names: a run folder, a run id, or a job id or name (its
-    newest pulled run). A seed group names several runs and is refused."""
-    from ..verify.report import resolve_runs
-
-    direct = Path(source).expanduser()
-    if not direct.is_absolute():
-        direct = project / direct
-    if (
-        not (direct / "run.json").is_file()
-        and not (project / "runs" / source / "run.json").is_file()
-    ):
-        _refuse_group(source, project)
-    try:
-        paths = resolve_runs([source], project)
-    except UsageError as exc:
-        raise UsageError(str(exc).removeprefix("%verify: ")) from exc
-    if len(paths) != 1:
-        raise UsageError(f"{source!r} names {len(paths)} runs: name one run id")
-    return paths[0]
+        return _resolve_claim(ref, project_dir(project))
+    return refs.resolve(ref, project)
 
 
 def num(
@@ -229,8 +123,7 @@ def num(
 
 def results(run: str, project: str | os.PathLike[str] | Path | None = None) -> Results:
     """The ``results.json`` of the run ``run`` names (run id, run folder, or job)."""
-    proj = project_dir(project)
-    return Results(run, run_folder(run, proj), proj)
+    return Results.of(run, project)
 
 
 def md(
@@ -335,110 +228,8 @@ def _format(value: Any, fmt: str | None, ref: str) -> str:
         ) from exc
 
 
-def _read_results(run_dir: Path, project: Path) -> tuple[Path, str, bytes]:
-    """The results.json path, its name as recorded (project-relative where it can be), and its
-    bytes."""
-    path = run_dir / "results.json"
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(
-            f"run {run_dir.name} has no results.json: its job wrote none "
-            f"(see {run_dir / 'outputs'}); name another run"
-        ) from None
-    try:
-        shown = path.resolve().relative_to(project.resolve()).as_posix()
-    except ValueError:
-        shown = str(path.resolve())
-    return path, shown, raw
-
-
-def _parse(raw: bytes, path: Path) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise UsageError(
-            f"{path} is not valid JSON ({exc}): the run's results are unreadable"
-        ) from exc
-
-
-def _segments(key: str) -> list[str]:
-    parts = key.split(".")
-    if any(not p.strip() for p in parts):
-        raise UsageError(f"the key {key!r} has an empty part; write e.g. test.accuracy")
-    return [p.strip() for p in parts]
-
-
-def _walk(data: Any, key: str, run_id: str) -> Any:
-    """The value at dotted ``key``: list items by index, and a mapping key that itself holds
-    dots (``AP@0.5``) is matched whole."""
-    return _locate(data, key, run_id)[0]
-
-
-def _locate(data: Any, key: str, run_id: str) -> tuple[Any, list[str]]:
-    """The value at dotted ``key`` and the keys walked to reach it."""
-    parts = _segments(key)
-    node = data
-    done: list[str] = []
-    while parts:
-        here = ".".join(done) or "the top level"
-        if isinstance(node, Mapping):
-            for take in range(1, len(parts) + 1):
-                name = ".".join(parts[:take])
-                if name in node:
-                    node = node[name]
-                    done.append(name)
-                    parts = parts[take:]
-                    break
-            else:
-                keys = ", ".join(str(k) for k in node) or "(none: it is empty)"
-                raise UsageError(
-                    f"run {run_id}: results.json has no key {key!r} ({parts[0]!r} is not at "
-                    f"{here}); the keys at {here} are: {keys}"
-                )
-        elif isinstance(node, Sequence) and not isinstance(node, str):
-            part = parts[0]
-            if not re.fullmatch(r"-?\d+", part) or not -len(node) <= int(part) < len(node):
-                raise UsageError(
-                    f"run {run_id}: results.json key {key!r}: {here} is a list of {len(node)} "
-                    f"items; {part!r} is not an index 0..{len(node) - 1}"
-                )
-            node = node[int(part)]
-            done.append(part)
-            parts = parts[1:]
-        else:
-            raise UsageError(
-                f"run {run_id}: results.json key {key!r}: {here} is {node!r}, which has no "
-                f"key {parts[0]!r}; end the key at {'.'.join(done)}"
-            )
-    return node, done
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
-def _refuse_group(source: str, project: Path) -> None:
-    from ..group import JobGroup
-
-    group = JobGroup.find(source, project)
-    if group is None:
-        return
-    names = ", ".join(j.name for j in group.jobs)
-    raise UsageError(
-        f"{source!r} is a seed group ({names}): a generated number comes from one run. Name the "
-        f"run of one seed (e.g. '{group.jobs[0].name}:<key>'), or report each seed's number"
-    )
-
-
 def _resolve_claim(ref: str, project: Path) -> Resolved:
-    from .evidence import claim_row
-
-    if not _CLAIM.match(ref):
+    if not CLAIM_REF.match(ref):
         raise UsageError(
             f"reference {ref!r}: write <run id, run folder or job>:<key.path>, or a claim id of "
             "EVIDENCE.json ('C1', or 'C1#k' for its row k)"
