@@ -11,7 +11,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from rgt_jupyter.demo import KERNEL_NAME, error_outputs, kernel_manager
+from rgt_jupyter.deliver.execute import KERNEL_NAME, kernel_manager
+from rgt_jupyter.demo import error_outputs
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "example_notebooks" / "verify.ipynb"
 

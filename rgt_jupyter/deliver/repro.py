@@ -72,7 +72,7 @@ def execute(notebook: Path, project: Path, timeout: float = 900, launch: bool = 
     import nbformat
     from nbclient import NotebookClient
 
-    from ..demo import KERNEL_NAME, kernel_manager
+    from .execute import KERNEL_NAME, kernel_manager
 
     nb = nbformat.read(str(notebook), as_version=4)
     client = NotebookClient(
