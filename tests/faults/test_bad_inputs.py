@@ -821,7 +821,7 @@ def test_a_malformed_notebook_is_refused_in_one_line_before_anything_is_written(
     "reconcile write nothing, deliver writes only its delivery/ records, and the notebook and a "
     "file beside it stay as they were",
     mutation=(
-        "rgt_jupyter/deliver/numtokens_line.py",
+        "rgt_jupyter/deliver/numtokens/text.py",
         "if len(line) > MAX_LINE:",
         "if False:",
     ),
@@ -831,7 +831,7 @@ def test_a_50mb_output_is_read_in_bounded_time_and_harms_nothing(
 ) -> None:
     """A notebook with one 50 MB output (and a JSON output beside it) goes through every tool.
 
-    Protection: rgt_jupyter/deliver/numtokens_line.py ``_LineScanner._line``: a line longer
+    Protection: rgt_jupyter/deliver/numtokens/text.py ``_LineScanner._line``: a line longer
     than ``MAX_LINE`` is said ("not scanned"), not run through the number masks, whose cost is
     more than linear (removed, check-numbers runs past its time bound and the case fails).
     """

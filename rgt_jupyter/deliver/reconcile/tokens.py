@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from .numtext import PERCENT_SCALE, decimals_of, rounding_tolerance
-from .reconcile_evidence import _SPLIT_TERMS, _term
+from ..numtext import PERCENT_SCALE, decimals_of, rounding_tolerance
+from .evidence import SPLIT_TERMS, term
 
 _NUM = re.compile(r"[+-]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?")
 _UNITS = {"db", "ms", "s", "sec", "px", "pp", "dbs", "points", "pts"}
@@ -40,7 +40,10 @@ _STD_KEY = re.compile(r"(?:^|[^\w])(?:std|sd|stdev|sigma|σ)\s*[=:]?\s*$", re.I)
 
 
 @dataclass
-class _Tok:
+class Tok:
+    """One number of a text: its span and text, its value as mantissa and exponent, and its
+    role (or why it is ignored); ``attached`` holds the ``± b`` and ``n=`` that follow a value."""
+
     start: int
     end: int
     text: str
@@ -50,18 +53,21 @@ class _Tok:
     factor: int = 1  # 100 after %, 1000 after ‰
     role: str = "value"  # value | uncertainty | n | ignored
     reason: str = ""
-    attached: list[_Tok] = field(default_factory=list)
+    attached: list[Tok] = field(default_factory=list)
 
     @property
     def int_like(self) -> bool:
+        """Written as an integer (no decimals, no exponent)."""
         return self.decimals == 0 and self.exp == 0
 
     @property
     def shown(self) -> float:
+        """The value as written (before ``%`` or ``‰``)."""
         return float(self.mantissa) * 10.0**self.exp
 
     @property
     def sig_digits(self) -> int:
+        """Significant digits as written."""
         digits = self.mantissa.as_tuple().digits
         return len("".join(map(str, digits)).lstrip("0")) or 1
 
@@ -72,9 +78,9 @@ class _Tok:
         return abs(shown - target) <= tol
 
 
-def _tokens(text: str, anchor_words: frozenset[str]) -> list[_Tok]:
+def tokens(text: str, anchor_words: frozenset[str]) -> list[Tok]:
     """Every number of ``text`` with its role; ``ignored`` ones carry the reason."""
-    out: list[_Tok] = []
+    out: list[Tok] = []
     for m in _NUM.finditer(text):
         start, end, raw = m.start(), m.end(), m.group()
         before = text[start - 1] if start > 0 else " "
@@ -87,7 +93,7 @@ def _tokens(text: str, anchor_words: frozenset[str]) -> list[_Tok]:
             mantissa = Decimal(("-" if raw.startswith("-") else "") + mant)
         except InvalidOperation:
             continue
-        tok = _Tok(start, end, raw, mantissa, decimals_of(mant), int(exp_text or 0))
+        tok = Tok(start, end, raw, mantissa, decimals_of(mant), int(exp_text or 0))
         prefix, rest = text[max(0, start - 80) : start], text[end : end + 80]
         pre1 = text[start - 1] if start > 0 else " "
         if glued:
@@ -117,7 +123,7 @@ def _tokens(text: str, anchor_words: frozenset[str]) -> list[_Tok]:
     return out
 
 
-def _classify(tok: _Tok, prefix: str, rest: str, anchor_words: frozenset[str]) -> None:
+def _classify(tok: Tok, prefix: str, rest: str, anchor_words: frozenset[str]) -> None:
     key = _KEY_EQ.search(prefix)
     if re.search(r"±\s*$", prefix):
         tok.role = "uncertainty"
@@ -127,7 +133,7 @@ def _classify(tok: _Tok, prefix: str, rest: str, anchor_words: frozenset[str]) -
             tok.role, tok.reason = "ignored", "seed count"
     elif _STD_KEY.search(prefix):
         tok.role = "uncertainty"
-    elif key and _term(key.group(1)) not in anchor_words:
+    elif key and term(key.group(1)) not in anchor_words:
         tok.role, tok.reason = "ignored", f"setting {key.group(1)}="
     elif re.search(r"(?:^|\W)v\s*$|(?:python|torch|pytorch|cuda|cudnn)\s*$|==\s*$", prefix, re.I):
         tok.role, tok.reason = "ignored", "version"
@@ -147,15 +153,15 @@ def _classify(tok: _Tok, prefix: str, rest: str, anchor_words: frozenset[str]) -
             if w in _OTHER_QUANTITY:
                 tok.role, tok.reason = "ignored", f"a count of {w}"
             elif tok.int_like and not (
-                w in _UNITS or w in _FUNCTION_WORDS or w in anchor_words or w in _SPLIT_TERMS
+                w in _UNITS or w in _FUNCTION_WORDS or w in anchor_words or w in SPLIT_TERMS
             ):
                 tok.role, tok.reason = "ignored", f"a count of {w}"
 
 
-def _attach(toks: list[_Tok]) -> list[_Tok]:
+def attach(toks: list[Tok]) -> list[Tok]:
     """Hang each ``± b`` and ``n=`` on the value before it; returns the values."""
-    values: list[_Tok] = []
-    last: _Tok | None = None
+    values: list[Tok] = []
+    last: Tok | None = None
     for tok in toks:
         if tok.role == "value":
             values.append(tok)

@@ -1,8 +1,8 @@
 """``rgt check-numbers``: which numbers of a notebook were typed rather than generated.
 
 Static pass only (the notebook is not executed). Every number of the markdown and raw cells, of
-the code cells' numeric literals and of their saved outputs is found (:mod:`.numtokens`) and
-classified:
+the code cells' numeric literals and of their saved outputs is found
+(:mod:`rgt_jupyter.deliver.numtokens`) and classified:
 
 * ``generated``: a ``{{rgt:<ref>|<fmt>}}`` placeholder, or a number of an output whose
   ``metadata["rgt_jupyter"]["generated"]`` records that text (``stale`` when the recorded sha256
@@ -18,6 +18,11 @@ classified:
 Disclose mode exits 0; ``--strict`` exits 1 while a typed or stale number remains.
 
     python -m rgt_jupyter.deliver.check_numbers NOTEBOOK [--json] [--strict] [--project DIR]
+
+This package's face is :func:`check_numbers`, :func:`main` (the command) and what they return
+(:class:`NumbersReport` of :class:`NumberItem`, ``SCHEMA``, ``STATUSES``) or read
+(:class:`ResultsIndex` of :class:`Leaf`). Inside: :mod:`.index` (the results.json leaves),
+:mod:`.cells` (the pass over cells and outputs), :mod:`.report` (the report).
 """
 
 from __future__ import annotations
@@ -30,11 +35,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import RgtError
-from .check_numbers_index import Leaf, ResultsIndex
-from .check_numbers_pass import _Checker
-from .check_numbers_report import SCHEMA, STATUSES, NumberItem, NumbersReport
-from .notebook import read_notebook
+from ...errors import RgtError
+from ..notebook import read_notebook
+from .cells import Checker
+from .index import Leaf, ResultsIndex
+from .report import SCHEMA, STATUSES, NumberItem, NumbersReport
 
 __all__ = [
     "SCHEMA",
@@ -49,14 +54,14 @@ __all__ = [
 
 
 def _read_notebook(path: Path) -> tuple[Any, str]:
-    # Read as JSON and checked against nbformat 4's shape (:mod:`.notebook`): importing
-    # nbformat costs seconds here (its validator's jsonschema). Other versions go through
-    # nbformat's conversion to v4.
+    # Read as JSON and checked against nbformat 4's shape (:mod:`rgt_jupyter.deliver.notebook`):
+    # importing nbformat costs seconds here (its validator's jsonschema). Other versions go
+    # through nbformat's conversion to v4.
     return read_notebook(path)
 
 
 def _default_project(notebook: Path) -> Path:
-    from ..project import project_dir
+    from ...project import project_dir
 
     found = project_dir(notebook.parent)
     if (found / ".rgt").is_dir() or (found / "runs").is_dir():
@@ -84,7 +89,7 @@ def check_numbers(
         root = proj / "runs"
         folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     index = ResultsIndex.load(folders, proj)
-    checker = _Checker(nb_path, proj, index)
+    checker = Checker(nb_path, proj, index)
     cells = nb.get("cells")
     for i, cell in enumerate(cells if isinstance(cells, list) else []):
         if isinstance(cell, dict):
@@ -137,7 +142,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.strict and (report.typed or report.stale):
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,6 +22,15 @@ number quoted in a sentence beside a metric name matches nothing and is reported
 Output: ``Reconciled N doc(s) against M authoritative scalar(s) in E.``, then ``No drift.`` (exit
 0) or one ``doc:line  metric 'm': reported R != authoritative A`` block per drift (exit 1); a load
 or usage error exits 2.
+
+    python -m rgt_jupyter.deliver.reconcile PATH... [--evidence E] [--json] [--project DIR]
+
+This package's face is :func:`reconcile`, :func:`main` and the CLI's :func:`add_arguments` /
+:func:`run_args`, with what they report (:class:`ReconcileReport` of :class:`Drift`,
+:class:`Checked`, :class:`Ignored`; :class:`ReconcileError`). Inside: :mod:`.evidence` (the
+authoritative scalars), :mod:`.documents` (Markdown, text and LaTeX as prose and tables),
+:mod:`.tokens` (the numbers of a text), :mod:`.scan` (which row a number is compared with, and
+the comparison), :mod:`.report` (the report).
 """
 
 from __future__ import annotations
@@ -33,12 +42,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import RgtError
-from ..project import project_dir
-from .reconcile_docs import _latex, _markdown
-from .reconcile_evidence import _load_evidence
-from .reconcile_report import Checked, Drift, Ignored, ReconcileError, ReconcileReport, _Log
-from .reconcile_scan import _Scanner
+from ...errors import RgtError
+from ...project import project_dir
+from .documents import latex, markdown
+from .evidence import load_evidence
+from .report import Checked, Drift, Ignored, Log, ReconcileError, ReconcileReport
+from .scan import Scanner
 
 __all__ = [
     "DOC_SUFFIXES",
@@ -86,7 +95,7 @@ def _texts(name: str, path: Path) -> list[tuple[str, list[str]]]:
     """The lines of a document; of a notebook, those of each Markdown and raw cell, named
     ``NOTEBOOK#CELL_ID`` (a file that is not a notebook raises :class:`.NotebookError`)."""
     if path.suffix.lower() == ".ipynb":
-        from .notebook import read_notebook
+        from ..notebook import read_notebook
 
         nb, _ = read_notebook(path)
         return [
@@ -115,15 +124,15 @@ def reconcile(
     root = project_dir(project)
     evidence = Path(evidence_path).expanduser() if evidence_path else root / "EVIDENCE.json"
     display = str(evidence_path) if evidence_path else str(evidence)
-    log = _Log()
-    entries = _load_evidence(evidence, root, display, log)
+    log = Log()
+    entries = load_evidence(evidence, root, display, log)
     docs = _documents(paths)
-    scanner = _Scanner(entries, log)
+    scanner = Scanner(entries, log)
     order: dict[str, int] = {}
     for name, path in docs:
         for part, raw_lines in _texts(name, path):
             order[part] = len(order)
-            units = _latex(raw_lines) if path.suffix.lower() == ".tex" else _markdown(raw_lines)
+            units = latex(raw_lines) if path.suffix.lower() == ".tex" else markdown(raw_lines)
             scanner.scan(part, raw_lines, units)
     log.drifts.sort(key=lambda d: (order.get(d.doc, -1), d.line))
     log.checked.sort(key=lambda c: (order.get(c.doc, -1), c.line))
@@ -175,7 +184,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     return run_args(args, args.project)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

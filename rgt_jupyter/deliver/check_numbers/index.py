@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .check_numbers_outputs import _core
-from .numtext import PERCENT_SCALE, rounding_tolerance
-from .numtokens import MULTIPLIER, Token
+from ..numtext import PERCENT_SCALE, rounding_tolerance
+from ..numtokens import MULTIPLIER, Token
 
 _KEY_SPLIT = re.compile(r"[^a-z0-9]+")
 _KEY_STOP = frozenset(
@@ -152,7 +151,7 @@ def _display_path(path: Path, project: Path | None) -> str:
     return str(path)
 
 
-def _fmt_for(tok: Token, leaf: Leaf, scale: int) -> tuple[str, str] | None:
+def fmt_for(tok: Token, leaf: Leaf, scale: int) -> tuple[str, str] | None:
     """The format spec that shows ``leaf.raw`` the way ``tok`` shows it, and the text that
     stays after the placeholder (``%`` when results.json stores the percent itself); None when
     no format spec reproduces it (K/M/B suffixes, per mille, points of a fraction)."""
@@ -165,7 +164,14 @@ def _fmt_for(tok: Token, leaf: Leaf, scale: int) -> tuple[str, str] | None:
     if tok.suffix == "%" and scale == 100:
         return f"{sign}.{d}%", ""
     comma = "," if tok.thousands else ""
-    after = tok.text[len(_core(tok)) :]
+    after = tok.text[len(core(tok)) :]
     if d == 0 and isinstance(leaf.raw, int):
         return f"{sign}{comma}d", after
     return f"{sign}{comma}.{d}f", after
+
+
+def core(tok: Token) -> str:
+    """The text of ``tok`` without its suffix (``91.2`` of ``91.2%``)."""
+    if tok.suffix and tok.text.endswith(tok.suffix):
+        return tok.text[: -len(tok.suffix)].strip()
+    return tok.text

@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .numtext import decimals_of
-from .numtokens_base import _TOKEN, METRIC_WORDS, Token, sig_digits
+from ..numtext import decimals_of
+from .text import METRIC_WORDS, TOKEN, Token, sig_digits
 
 # Names in code whose literal is a metric value (``psnr = 31.42``, ``{"acc": 0.9}``).
 _METRIC_NAME_WORDS = METRIC_WORDS - {"test", "val", "validation", "dev", "holdout", "params"}
@@ -271,4 +271,4 @@ def _code_reason(ctx: _Ctx) -> str | None:
 
 def source_numbers(source: str) -> frozenset[str]:
     """The digit strings written anywhere in a cell's source (for outputs that echo them)."""
-    return frozenset(m.group("body") for m in _TOKEN.finditer(source))
+    return frozenset(m.group("body") for m in TOKEN.finditer(source))

@@ -1,4 +1,5 @@
-"""The static pass of ``rgt check-numbers``: each number of each cell found and classified."""
+"""The static pass of ``rgt check-numbers``: each number of each cell found and classified,
+with the text of a cell or output that is read and the generated numbers its metadata records."""
 
 from __future__ import annotations
 
@@ -7,15 +8,91 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .check_numbers_index import Leaf, ResultsIndex, _fmt_for
-from .check_numbers_outputs import _output_text, _record_for, _records, _text
-from .check_numbers_report import NumberItem
-from .numtokens import METRIC_WORDS, CodeScanner, TextScanner, Token, metric_named, source_numbers
+from ..numtokens import METRIC_WORDS, CodeScanner, TextScanner, Token, metric_named, source_numbers
+from .index import Leaf, ResultsIndex, core, fmt_for
+from .report import NumberItem
+
+# -- the text of cells and outputs, and the generated numbers their metadata records
+
+_MIME_ORDER = ("text/markdown", "text/html", "text/latex", "text/plain")
+_WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return "".join(str(v) for v in value)
+    return str(value or "")
+
+
+def _records(meta: Any) -> dict[str, dict[str, Any]] | None:
+    """The generated records of an output's (or a cell's) metadata, by the number texts they
+    show (full token text and without its suffix); None when it carries none."""
+    if not isinstance(meta, dict):
+        return None
+    rgt = meta.get("rgt_jupyter")
+    generated = rgt.get("generated") if isinstance(rgt, dict) else None
+    if not isinstance(generated, list):
+        return None
+    scanner = _RECORD_SCANNER
+    out: dict[str, dict[str, Any]] = {}
+    for record in generated:
+        if not isinstance(record, dict):
+            continue
+        shown = str(record.get("text", "")).strip()
+        if not shown:
+            continue
+        out.setdefault(shown, record)
+        for tok in scanner.output_text(shown):
+            if tok.kind == "number":
+                out.setdefault(tok.text, record)
+                out.setdefault(core(tok), record)
+    return out
+
+
+_RECORD_SCANNER = TextScanner(frozenset())
+
+
+def _record_for(tok: Token, records: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    return records.get(tok.text) or records.get(core(tok))
+
+
+def _output_text(
+    output: dict[str, Any],
+) -> tuple[str, str, dict[str, dict[str, Any]] | None] | None:
+    """(mime, text, generated records) of one output; None for errors, stderr, images and
+    widgets."""
+    if not isinstance(output, dict):
+        return None
+    kind = output.get("output_type")
+    if kind == "stream":
+        if output.get("name") != "stdout":
+            return None
+        return "stream", _text(output.get("text")), None
+    if kind not in ("display_data", "execute_result", "update_display_data"):
+        return None
+    data = output.get("data")
+    if not isinstance(data, dict) or _WIDGET in data:
+        return None
+    for mime in _MIME_ORDER:
+        if mime in data:
+            meta = output.get("metadata")
+            meta = meta if isinstance(meta, dict) else {}
+            records = _records(meta)
+            if records is None and isinstance(meta.get(mime), dict):
+                records = _records(meta[mime])
+            return mime, _text(data[mime]), records
+    return None
+
+
+# -- the pass
 
 _PLACEHOLDER = re.compile(r"\{\{\s*rgt:([^{}|]*?)\s*(?:\|\s*([^{}]*?)\s*)?\}\}")
 
 
-class _Checker:
+class Checker:
+    """Finds and classifies the numbers of one notebook, cell by cell (:meth:`cell`); what it
+    found lands in ``items``, what it could not read in ``warnings``."""
+
     def __init__(self, notebook: Path, project: Path | None, index: ResultsIndex) -> None:
         self.notebook = notebook
         self.project = project
@@ -27,6 +104,7 @@ class _Checker:
         self._sha_cache: dict[Path, str | None] = {}
 
     def cell(self, index: int, cell: dict[str, Any]) -> None:
+        """Classify the numbers of notebook cell ``index``: its text or code, and its outputs."""
         cell_type = str(cell.get("cell_type", ""))
         cell_id = str(cell.get("id") or f"cell-{index}")
         meta = cell.get("metadata")
@@ -170,7 +248,7 @@ class _Checker:
         if item.where == "code_source":
             item.suggestion = f'read "{leaf.run_id}:{leaf.key}" from results.json, not a literal'
             return
-        shown = _fmt_for(tok, leaf, scale)
+        shown = fmt_for(tok, leaf, scale)
         if shown is not None:
             fmt, after = shown
             item.suggestion = f"use {{{{rgt:{leaf.run_id}:{leaf.key}|{fmt}}}}}{after}"

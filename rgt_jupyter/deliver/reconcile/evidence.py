@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .reconcile_report import ReconcileError, _fmt, _Log
+from .report import Log, ReconcileError, fmt
 
-_SPLIT_TERMS = {
+#: The words that name each evaluation split.
+SPLIT_TERMS = {
     "val": ("val", "validation", "valid", "dev"),
     "valid": ("val", "validation", "valid", "dev"),
     "validation": ("val", "validation", "valid", "dev"),
@@ -29,7 +30,10 @@ _GENERIC = {
 
 
 @dataclass(frozen=True)
-class _Entry:
+class Entry:
+    """One authoritative scalar: evidence row ``row`` of claim ``claim_id``, with the terms that
+    anchor it in a document (metric, aliases, ids, qualifiers, split words)."""
+
     index: int
     claim_id: str
     row: int
@@ -47,18 +51,22 @@ class _Entry:
 
     @property
     def anchor_terms(self) -> frozenset[str]:
+        """The terms that anchor a number to this entry: its metric and its aliases."""
         return self.metric_terms | self.alias_terms
 
     @property
     def method_terms(self) -> frozenset[str]:
+        """The terms that name the method: its aliases and ids."""
         return self.alias_terms | self.id_terms
 
     @property
     def group(self) -> tuple[str, str | None]:
+        """(metric, split): entries of one group may be differenced."""
         return (self.metric.lower(), self.split)
 
 
-def _term(text: str) -> str:
+def term(text: str) -> str:
+    """``text`` as a term: lower case, runs of white space as one space."""
     return " ".join(text.lower().split())
 
 
@@ -90,7 +98,7 @@ def _metric_terms(metric: str) -> tuple[set[str], set[str]]:
     generic) and its other words, which tell two metrics with one head apart."""
     words = [w for w in re.split(r"[_\-./\s]+", metric.lower()) if w]
     named = [w for w in words if re.search(r"[a-z]", w) and w not in _GENERIC]
-    terms = {_term(metric), _term(metric.replace("_", " "))}
+    terms = {term(metric), term(metric.replace("_", " "))}
     if named:
         terms.add(named[0])
     qualifiers = {w for w in named[1:] if len(w) >= 2}
@@ -172,7 +180,9 @@ def _line_at(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
 
 
-def _load_evidence(path: Path, project: Path, display: str, log: _Log) -> list[_Entry]:
+def load_evidence(path: Path, project: Path, display: str, log: Log) -> list[Entry]:
+    """The entries of EVIDENCE.json at ``path`` (named ``display``); each row's comparison with
+    its results.json lands in ``log``. Raises :class:`.ReconcileError` when it cannot be read."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -186,7 +196,7 @@ def _load_evidence(path: Path, project: Path, display: str, log: _Log) -> list[_
     if not isinstance(data, dict) or not isinstance(data.get("claims"), list):
         raise ReconcileError(f"{display} has no 'claims' list (schema: {{project, claims: [...]}})")
     positions = _json_positions(text)
-    entries: list[_Entry] = []
+    entries: list[Entry] = []
     for ci, claim in enumerate(data["claims"]):
         if not isinstance(claim, dict):
             continue
@@ -213,7 +223,7 @@ def _authority(
     shown: float | int,
     bases: tuple[Path, Path],
     where: tuple[str, int, str | None],
-    log: _Log,
+    log: Log,
 ) -> float | int:
     """The value of the row's results.json at ``key`` when that file exists (recording a drift
     when EVIDENCE's copy, or the recorded sha256, differs from it), else EVIDENCE's value."""
@@ -239,11 +249,11 @@ def _authority(
     leaf_value = _number(leaf) if ok else None
     if leaf_value is None:
         missing = f"(no number at '{key}' in {rel})"
-        log.record(where, metric, _fmt(shown), missing, "drift", context, "evidence")
+        log.record(where, metric, fmt(shown), missing, "drift", context, "evidence")
         return shown
     authority = leaf if isinstance(leaf, (int, float)) else leaf_value
     status = "match" if leaf_value == float(shown) else "drift"
-    log.record(where, metric, _fmt(shown), authority, status, context, "evidence")
+    log.record(where, metric, fmt(shown), authority, status, context, "evidence")
     return authority
 
 
@@ -255,18 +265,18 @@ def _entry(
     row: dict[str, Any],
     metric: str,
     shown: float | int,
-) -> _Entry:
+) -> Entry:
     metric_terms, qualifiers = _metric_terms(metric)
-    aliases = {_term(a) for a in _strings(claim.get("aliases")) + _strings(row.get("aliases"))}
-    ids = {_term(claim_id)} | {
-        _term(row[k])
+    aliases = {term(a) for a in _strings(claim.get("aliases")) + _strings(row.get("aliases"))}
+    ids = {term(claim_id)} | {
+        term(row[k])
         for k in ("exp_id", "run")
         if isinstance(row.get(k), str) and row[k] != "selected"
     }
     split = row["split"].lower() if isinstance(row.get("split"), str) else None
     variance = row.get("variance")
     n = row.get("n")
-    return _Entry(
+    return Entry(
         index=index,
         claim_id=claim_id,
         row=row_index,
@@ -278,7 +288,7 @@ def _entry(
         id_terms=frozenset(i for i in ids if i),
         qualifier_terms=frozenset(qualifiers),
         split=split,
-        split_terms=frozenset(_SPLIT_TERMS.get(split, (split,))) if split else frozenset(),
+        split_terms=frozenset(SPLIT_TERMS.get(split, (split,))) if split else frozenset(),
         n=n if isinstance(n, int) and not isinstance(n, bool) else None,
         variance=_number(variance.get("value") if isinstance(variance, dict) else variance),
     )

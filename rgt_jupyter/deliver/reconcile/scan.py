@@ -1,5 +1,6 @@
 """Scanning one document for ``rgt reconcile``: the numbers of each sentence and table cell that
-a metric anchors, each compared with the EVIDENCE row its context picks."""
+a metric anchors, each compared with the EVIDENCE row its context picks, and whether it shows
+that row's value."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import itertools
 import math
 import re
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
-from .reconcile_docs import _Cell, _normalize, _Unit
-from .reconcile_evidence import _Entry, _term
-from .reconcile_match import _gap, _match, _Occ, _paired, _pick, _targets
-from .reconcile_report import Ignored, _Log
-from .reconcile_tokens import _attach, _Tok, _tokens
+from .documents import Cell, Unit, normalize_line
+from .evidence import Entry, term
+from .report import Ignored, Log
+from .tokens import Tok, attach, tokens
 
 _TIGHT = 40  # characters between a number and its anchor within which integers are checked too
 _CONTEXT = 120
@@ -44,10 +45,96 @@ def _constant(line: int) -> Callable[[int], int]:
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\[\"']|$)")
 
 
-class _Scanner:
+# -- which EVIDENCE row a number is compared with, and whether it shows it
+
+
+class _Occ(NamedTuple):
+    start: int
+    end: int
+    term: str
+
+
+def _gap(occ: _Occ, tok: Tok | None) -> float:
+    if tok is None:
+        return 0.0
+    if occ.end <= tok.start:
+        return float(tok.start - occ.end)
+    if occ.start >= tok.end:
+        return occ.start - tok.end + 0.5  # a name before the number wins a tie
+    return 0.0
+
+
+def _paired(tok: Tok, toks: list[Tok], metric_occs: list[_Occ], text: str) -> _Occ | None:
+    """``PSNR/SSIM ... 31.42/0.912``: the metric at this number's place in a slash list."""
+    spans = [(t.start, t.end) for t in toks if t.role == "value"]
+    for chain in _slash_chains(spans, text):
+        if (tok.start, tok.end) in chain and len(chain) > 1:
+            index = chain.index((tok.start, tok.end))
+            for names in _slash_chains([(o.start, o.end) for o in metric_occs], text):
+                if len(names) == len(chain):
+                    return next(o for o in metric_occs if (o.start, o.end) == names[index])
+    return None
+
+
+def _slash_chains(spans: list[tuple[int, int]], text: str) -> list[list[tuple[int, int]]]:
+    chains: list[list[tuple[int, int]]] = []
+    for span in sorted(spans):
+        if chains and re.fullmatch(r"\s*/\s*", text[chains[-1][-1][1] : span[0]]):
+            chains[-1].append(span)
+        else:
+            chains.append([span])
+    return chains
+
+
+def _pick(
+    cands: list[Entry], occs: list[_Occ], near: Tok | None
+) -> tuple[list[Entry], list[Entry]]:
+    """The candidates whose method names (then metric qualifiers, then split words) stand
+    nearest to the number, and the candidates none of whose method names appear at all."""
+    picked = cands
+    unmentioned: list[Entry] = []
+    stages: tuple[Callable[[Entry], frozenset[str]], ...] = (
+        lambda x: x.method_terms,
+        lambda x: x.qualifier_terms,
+        lambda x: x.split_terms,
+    )
+    for stage, terms_of in enumerate(stages):
+        dist: dict[int, float] = {}
+        for x in picked:
+            gaps = [_gap(o, near) for o in occs if o.term in terms_of(x)]
+            if gaps:
+                dist[x.index] = min(gaps)
+        if not dist:
+            continue
+        if stage == 0:
+            unmentioned = [x for x in cands if x.index not in dist]
+        best = min(dist.values())
+        picked = [x for x in picked if dist.get(x.index) == best]
+    return picked, unmentioned
+
+
+def _targets(value: float, factor: int) -> list[tuple[float, float]]:
+    out = [(value, 1.0)]
+    if factor != 1 and abs(value) <= 1:
+        out.append((value * factor, float(factor)))
+    return out
+
+
+def _match(tok: Tok, entries: list[Entry], factor: int) -> tuple[Entry, float] | None:
+    for entry in entries:
+        for target, scale in _targets(entry.value, factor):
+            if tok.matches(target):
+                return entry, scale
+    return None
+
+
+# -- the scanner
+
+
+class Scanner:
     """Checks the documents against the entries; everything lands in ``log``."""
 
-    def __init__(self, entries: list[_Entry], log: _Log) -> None:
+    def __init__(self, entries: list[Entry], log: Log) -> None:
         self.entries = entries
         self.log = log
         terms: set[str] = set()
@@ -60,13 +147,16 @@ class _Scanner:
         self.context_lines: list[str] = []
 
     def occurrences(self, text: str) -> list[_Occ]:
+        """Where ``text`` names a term of some entry (metric, alias, id, qualifier, split)."""
         if not self.entries:
             return []
-        return [_Occ(m.start(), m.end(), _term(m.group())) for m in self.regex.finditer(text)]
+        return [_Occ(m.start(), m.end(), term(m.group())) for m in self.regex.finditer(text)]
 
-    def scan(self, doc: str, raw_lines: list[str], units: Iterator[_Unit]) -> None:
+    def scan(self, doc: str, raw_lines: list[str], units: Iterator[Unit]) -> None:
+        """Check the prose blocks and tables ``units`` of document ``doc`` (``raw_lines``: its
+        lines as written, for context)."""
         self.doc = doc
-        self.context_lines = [" ".join(_normalize(line).split()) for line in raw_lines]
+        self.context_lines = [" ".join(normalize_line(line).split()) for line in raw_lines]
         for kind, block, rows in units:
             if kind == "prose":
                 self._prose(block)
@@ -80,7 +170,7 @@ class _Scanner:
         at = max(0, full.find(text.lstrip("+")) - _CONTEXT // 3)
         return full[at : at + _CONTEXT]
 
-    def _ignore(self, line: int, toks: list[_Tok], reason: str | None = None) -> None:
+    def _ignore(self, line: int, toks: list[Tok], reason: str | None = None) -> None:
         for tok in toks:
             if reason is not None or tok.role == "ignored":
                 self.log.ignored.append(Ignored(self.doc, line, tok.text, reason or tok.reason))
@@ -94,7 +184,7 @@ class _Scanner:
         def line_of(offset: int) -> int:
             return block[bisect.bisect_right(starts, offset) - 1][0]
 
-        toks = _tokens(text, self.anchor_words)
+        toks = tokens(text, self.anchor_words)
         occs = self.occurrences(text)
         bounds = [0] + [m.end() for m in _SENTENCE_END.finditer(text)] + [len(text) + 1]
         for s, e in itertools.pairwise(bounds):
@@ -105,7 +195,7 @@ class _Scanner:
             s_toks = [t for t in toks if s <= t.start < e]
             for tok in s_toks:
                 self._ignore(line_of(tok.start), [tok] if tok.role == "ignored" else [])
-            for tok in _attach(s_toks):
+            for tok in attach(s_toks):
                 cands = self._nearest_metric(tok, text, s_toks, s_occs, anchored)
                 gap = min(
                     (_gap(o, tok) for o in s_occs if any(o.term in x.anchor_terms for x in cands)),
@@ -118,8 +208,8 @@ class _Scanner:
                 self._judge(tok, cands, others, s_occs, tok, line_of, 1, _splits(text[s:e]))
 
     def _nearest_metric(
-        self, tok: _Tok, text: str, toks: list[_Tok], occs: list[_Occ], anchored: list[_Entry]
-    ) -> list[_Entry]:
+        self, tok: Tok, text: str, toks: list[Tok], occs: list[_Occ], anchored: list[Entry]
+    ) -> list[Entry]:
         """The entries of the metric named nearest to the number (or at its place in a
         ``PSNR/SSIM ... a/b`` list); the alias-anchored entries when no metric is named."""
         metric_terms = {t for x in anchored for t in x.metric_terms}
@@ -133,11 +223,11 @@ class _Scanner:
 
     # -- tables ---------------------------------------------------------------------------------
 
-    def _table(self, rows: list[list[_Cell]], header_rows: int | None) -> None:
+    def _table(self, rows: list[list[Cell]], header_rows: int | None) -> None:
         """Each number cell is checked against the metric of its column header (or, in a
         transposed table, of its row label) and the method its row label or header names. When
         some row names an EVIDENCE method, rows that name none (other work) are left alone."""
-        toks = {id(c): _tokens(c.text, self.anchor_words) for row in rows for c in row}
+        toks = {id(c): tokens(c.text, self.anchor_words) for row in rows for c in row}
         has_value = {key: any(t.role != "ignored" for t in ts) for key, ts in toks.items()}
         first_data = next(
             (i for i, row in enumerate(rows) if any(has_value[id(c)] for c in row)), len(rows)
@@ -149,7 +239,7 @@ class _Scanner:
             " ".join(grid[h][col].text for h in range(n_header) if col < len(grid[h]))
             for col in range(width)
         ]
-        jobs: list[tuple[_Cell, list[list[_Entry]], list[_Occ], int, bool, set[str]]] = []
+        jobs: list[tuple[Cell, list[list[Entry]], list[_Occ], int, bool, set[str]]] = []
         for r in range(n_header, len(rows)):
             label = " ".join(c.text for c in rows[r] if not has_value[id(c)])
             label_occs = self.occurrences(label)
@@ -170,7 +260,7 @@ class _Scanner:
         for cell, groups, ctx_occs, factor, named, split_words in jobs:
             cell_toks = toks[id(cell)]
             self._ignore(cell.line, cell_toks)
-            values = _attach(cell_toks)
+            values = attach(cell_toks)
             if table_names_methods and not named:
                 self._ignore(cell.line, values, "its row names no EVIDENCE method")
                 continue
@@ -180,9 +270,9 @@ class _Scanner:
                 line_of = _constant(cell.line)
                 self._judge(tok, cands, [], ctx_occs, None, line_of, factor, split_words)
 
-    def _groups(self, occs: list[_Occ]) -> list[list[_Entry]]:
+    def _groups(self, occs: list[_Occ]) -> list[list[Entry]]:
         """The entries of each metric named in a header or row label, in order."""
-        groups: list[list[_Entry]] = []
+        groups: list[list[Entry]] = []
         seen: set[str] = set()
         for occ in occs:
             group = [x for x in self.entries if occ.term in x.metric_terms]
@@ -195,11 +285,11 @@ class _Scanner:
 
     def _judge(
         self,
-        tok: _Tok,
-        cands: list[_Entry],
-        others: list[_Entry],
+        tok: Tok,
+        cands: list[Entry],
+        others: list[Entry],
         occs: list[_Occ],
-        near: _Tok | None,
+        near: Tok | None,
         line_of: Callable[[int], int],
         default_factor: int,
         split_words: set[str],
@@ -247,7 +337,7 @@ class _Scanner:
         for att in tok.attached:
             self._attached(att, entry, scales, line_of(att.start))
 
-    def _attached(self, att: _Tok, entry: _Entry, scales: list[float], line: int) -> None:
+    def _attached(self, att: Tok, entry: Entry, scales: list[float], line: int) -> None:
         """``± b`` against the row's variance, ``n=`` against its n (when the row has them)."""
         if att.role == "uncertainty" and entry.variance is not None:
             ok = any(att.matches(entry.variance * s) for s in scales)
@@ -261,7 +351,7 @@ class _Scanner:
         context = self._context(line, att.text)
         self.log.record(where, label, att.text, expected, "match" if ok else "drift", context, kind)
 
-    def _derived(self, tok: _Tok, cands: list[_Entry], factor: int) -> tuple[_Entry, str] | None:
+    def _derived(self, tok: Tok, cands: list[Entry], factor: int) -> tuple[Entry, str] | None:
         """An entry pair of one metric and split whose difference (or, shown as a percent,
         relative difference) shows as this number."""
         groups = {x.group for x in cands}

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .numtext import blanked, normalize, spaces
+from ..numtext import blanked, normalize, spaces
 
 _BLANKS = [
     re.compile(r"\x1b\[[0-9;?]*[A-Za-z]"),
@@ -27,7 +27,9 @@ _BLANKS = [
 _EXP10 = re.compile(r"\s*(?:\\times|×|\\cdot)\s*10\s*\^\s*\{?\s*([+-]?\d+)\s*\}?")
 
 
-def _normalize(line: str) -> str:
+def normalize_line(line: str) -> str:
+    """``line`` normalised (:func:`rgt_jupyter.deliver.numtext.normalize`), with ``+/-`` and
+    ``+-`` as ``±`` and tabs as spaces."""
     return normalize(line).replace("+/-", "±").replace("+-", "±").replace("\t", " ")
 
 
@@ -84,7 +86,9 @@ def _clean_tex(text: str) -> str:
     return _blank(text)
 
 
-class _Cell(NamedTuple):
+class Cell(NamedTuple):
+    """One table cell: its text, its line, and how many columns it spans."""
+
     text: str
     line: int
     span: int
@@ -92,14 +96,16 @@ class _Cell(NamedTuple):
 
 _MD_DELIM = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _MD_BREAK = re.compile(r"^\s{0,3}#{1,6}\s|^\s*(?:[-*+]|\d{1,3}[.)])\s+")
-_Unit = tuple[str, list[tuple[int, str]], list[list[_Cell]]]
+#: A part of a document: ``("prose", [(line, text), ...], [])``, or ``("md-table", [], rows)`` /
+#: ``("table", [], rows)`` with rows of :class:`Cell` (a Markdown table's header row first).
+Unit = tuple[str, list[tuple[int, str]], list[list[Cell]]]
 
 
-def _md_cells(line: str, lineno: int) -> list[_Cell]:
+def _md_cells(line: str, lineno: int) -> list[Cell]:
     body = line.strip()
     body = body[1:] if body.startswith("|") else body
     body = body[:-1] if body.endswith("|") else body
-    return [_Cell(c.replace("¦¦", "|").strip(), lineno, 1) for c in body.split("|")]
+    return [Cell(c.replace("¦¦", "|").strip(), lineno, 1) for c in body.split("|")]
 
 
 def _uncomment(line: str, in_comment: bool) -> tuple[str, bool]:
@@ -119,7 +125,7 @@ def _uncomment(line: str, in_comment: bool) -> tuple[str, bool]:
     return "".join(chars), in_comment
 
 
-def _markdown(raw_lines: list[str]) -> Iterator[_Unit]:
+def markdown(raw_lines: list[str]) -> Iterator[Unit]:
     """Prose blocks (list of (line number, text)) and tables (rows of cells, header first) of a
     Markdown or plain-text file. Fenced code and lines with an ``rgt:ignore`` pragma drop out."""
     cleaned: list[str] = []
@@ -127,7 +133,7 @@ def _markdown(raw_lines: list[str]) -> Iterator[_Unit]:
     fence: str | None = None
     in_comment = False
     for raw in raw_lines:
-        line = _normalize(raw)
+        line = normalize_line(raw)
         mark = re.match(r"^\s*(`{3,}|~{3,})", line)
         if mark and fence is None:
             fence = mark.group(1)[0]
@@ -185,7 +191,7 @@ def _skip_group(text: str, pos: int, opening: str, closing: str) -> int:
     return len(text)
 
 
-def _tex_cell(raw: str, line: int) -> _Cell:
+def _tex_cell(raw: str, line: int) -> Cell:
     span = 1
     m = re.match(r"\s*\\multicolumn\s*\{(\d+)\}\s*\{[^{}]*\}\s*\{(.*)\}\s*$", raw, re.S)
     if m:
@@ -195,13 +201,15 @@ def _tex_cell(raw: str, line: int) -> _Cell:
     )
     if m:
         raw = m.group(1)
-    return _Cell(" ".join(_clean_tex(raw).split()), line, span)
+    return Cell(" ".join(_clean_tex(raw).split()), line, span)
 
 
-def _latex(raw_lines: list[str]) -> Iterator[_Unit]:
+def latex(raw_lines: list[str]) -> Iterator[Unit]:
+    """Tables (rows of cells, of each tabular-like environment) and prose blocks of a LaTeX
+    file; comments, verbatim environments, the preamble and ``% rgt:ignore`` lines drop out."""
     lines = []
     for raw in raw_lines:
-        line = _normalize(raw)
+        line = normalize_line(raw)
         ignored = re.search(r"(?<!\\)%\s*rgt:\s*ignore", line)
         lines.append("" if ignored else re.sub(r"(?<!\\)%.*", "", line))
     full = "\n".join(lines)
@@ -224,11 +232,11 @@ def _latex(raw_lines: list[str]) -> Iterator[_Unit]:
             pos = _skip_group(full, pos, "{", "}")
         end = full.find(f"\\end{{{env}}}", pos)
         end = len(full) if end < 0 else end
-        rows: list[list[_Cell]] = []
+        rows: list[list[Cell]] = []
         row_start = pos
         for row_m in re.finditer(r"\\\\(?:\s*\[[^\]]*\])?|$", full[pos:end]):
             row_text = full[row_start : pos + row_m.start()]
-            cells: list[_Cell] = []
+            cells: list[Cell] = []
             cell_start = row_start
             for cell_m in re.finditer(r"(?<!\\)&|$", row_text):
                 raw = _TEX_RULES.sub(spaces, row_text[cell_start - row_start : cell_m.start()])

@@ -5,14 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 
 class ReconcileError(UsageError):
     """EVIDENCE.json or a document could not be read, or the command was used wrongly."""
 
 
-def _fmt(value: float | int | str | None) -> str:
+def fmt(value: float | int | str | None) -> str:
+    """A value as the report shows it (``(missing)`` for None, a float by its repr)."""
     if value is None:
         return "(missing)"
     return repr(value) if isinstance(value, float) else str(value)
@@ -35,7 +36,7 @@ class Drift:
         """The two-line block of the text report."""
         head = (
             f"{self.doc}:{self.line}  metric '{self.metric}': reported {self.reported} "
-            f"!= authoritative {_fmt(self.authoritative)}"
+            f"!= authoritative {fmt(self.authoritative)}"
         )
         return f"{head}\n  context: {self.context}"
 
@@ -112,6 +113,7 @@ class ReconcileReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report, for JSON."""
         return {
             "evidence": self.evidence,
             "docs": list(self.docs),
@@ -125,7 +127,7 @@ class ReconcileReport:
         return self.text()
 
 
-class _Log:
+class Log:
     """Collects what a scan compared, what drifted and what it left alone."""
 
     def __init__(self) -> None:

@@ -1,0 +1,617 @@
+"""Numbers in notebook text: one scanner for markdown and raw cells, outputs and HTML.
+
+A number found in text or code is a :class:`Token`. Each line of text is normalised, its code
+spans, URLs, dates, paths and the like blanked (same length, so columns hold), then each number
+is read with its value, decimals, anchor words and table header, or the reason it is ignored (a
+version, a section, table or figure reference, an identifier such as ``ResNet-50``, dimensions
+such as ``256x256``, a file name, an equation or item reference). :class:`TextScanner` reads
+whole texts: markdown and raw cells (fences, comments and pragmas), stdout and text/plain
+outputs (ANSI codes, carriage returns, progress bars), and HTML (tables as pipe rows).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from ..numtext import blanked, decimals_of, normalize, spaces
+
+# -- a token, and what its text means
+
+# Metric, split and result words: a number in the same line or table row/column is anchored.
+METRIC_WORDS: frozenset[str] = frozenset(
+    """accuracy acc psnr ssim lpips fid bleu rouge meteor cider f1 auc auroc auprc ap map miou
+    iou dice precision recall error err loss perplexity ppl wer cer mse mae rmse nll bpd elbo
+    score top1 top5 latency throughput speedup db flops gflops params ece kl r2 spearman pearson
+    correlation em reward mrr ndcg hit recall1 test val validation dev holdout""".split()
+)
+
+#: A number as written: groups ``sign``, ``body`` (the digits), ``exp`` and ``suf`` (suffix).
+TOKEN = re.compile(
+    r"(?P<sign>[-+]|±\s?)?"
+    r"(?P<body>\d+(?:[.,]\d+)*|\.\d+)"
+    r"(?P<exp>[eE][-+]?\d+\b|\s?(?:[×x*·]|\\times|\\cdot)\s?10\^\{?[-+]?\d+\}?|\^\{?[-+]?\d+\}?)?"
+    r"(?P<suf>\s?%|‰|\s?pp\b|[kKMBG]\b|[×x](?![A-Za-z0-9]))?"
+)
+
+MULTIPLIER = {"k": 3, "K": 3, "M": 6, "B": 9, "G": 9}
+
+
+@dataclass(slots=True)
+class Token:
+    """One number (or placeholder, or ignored span) found in a cell's text or code."""
+
+    line: int
+    col: int
+    text: str
+    value: float | None = None
+    decimals: int | None = None
+    sig: int = 0
+    exponent: int = 0
+    suffix: str = ""
+    unit: str = ""
+    thousands: bool = False
+    sign_shown: bool = False
+    role: str = "value"
+    kind: str = "number"  # number | placeholder | masked
+    reason: str | None = None
+    anchored: bool = False
+    year_like: bool = False
+    context: str = ""
+    header: str = ""
+    name: str = ""  # code: the keyword, dict key or assignment target the literal feeds
+    words: frozenset[str] = field(default_factory=frozenset)
+
+
+def sig_digits(body: str) -> int:
+    """Significant digits of a shown literal; trailing zeros of an integer do not count."""
+    digits = body.replace(",", "").replace("_", "")
+    integer = "." not in digits
+    digits = digits.replace(".", "").lstrip("0")
+    if integer:
+        digits = digits.rstrip("0")
+    return len(digits)
+
+
+# -- why a number of text is not a value
+
+_VERSION_WORDS = frozenset(
+    """python py torch pytorch cuda cudnn nccl numpy jax jaxlib tensorflow tf keras transformers
+    version release v sklearn pandas scipy matplotlib ubuntu debian driver gcc clang node java
+    triton jupyter jupyterlab ipython opencv pillow xformers deepspeed accelerate lightning
+    rgt pip conda macos windows linux kernel rocm cmake nvcc""".split()
+)
+_STRUCT_WORDS = frozenset(
+    """section sec sect table tab tbl fig figure figs eq eqn equation appendix app step chapter
+    ch line algorithm alg lemma theorem thm definition def corollary proposition prop cell
+    listing example ex part page pg exercise question stage phase item row column col claim
+    footnote note epoch iteration iter""".split()
+)
+
+_UNITS = r"(?:dB|ms|µs|us|ns|px|[KMGT]i?B|[KMGT]?FLOPs|fps|[kMG]?Hz|mm|cm|km|kg|s|h|min|m|g|W)"
+_UNIT_GLUED = re.compile(_UNITS + r"(?![A-Za-z])")
+_DIM_AFTER = re.compile(r" ?[×x] ?\d")
+_DIM_BEFORE = re.compile(r"\d ?[×x] ?$")
+_PREV_WORD = re.compile(r"([A-Za-z]+)[^\w\n]{0,3}$")
+
+
+def _ignored(
+    s: str,
+    body: str,
+    body_start: int,
+    prev: str,
+    nxt: str,
+    end: int,
+    sign: str | None,
+    exp: str | None,
+    suf: str | None,
+) -> str | None:
+    """Why the number whose digits ``body`` start at ``body_start`` of the line ``s`` (and end
+    at ``end``, between the characters ``prev`` and ``nxt``) is not a value; None when it may
+    be one."""
+    before = s[max(0, body_start - 24) : body_start]
+    if prev and not prev.isalnum() and prev != "_":
+        pw = _PREV_WORD.search(before)
+        word = pw.group(1).lower() if pw else ""
+        if word in _VERSION_WORDS and not sign:
+            return f"version (after {pw.group(1) if pw else word})"
+        stripped = before.rstrip()
+        if stripped.endswith(("==", ">=", "<=", "~=", "!=")):
+            return "version (pinned)"
+        if word in _STRUCT_WORDS and not sign:
+            return f"structural reference ({pw.group(1) if pw else word})"
+        if stripped.endswith("§"):
+            return "structural reference (§)"
+    if prev:
+        if prev in "vV" and (body_start < 2 or not s[body_start - 2].isalnum()):
+            return "version (v)"
+        if prev.isalnum() or prev == "_":
+            return "identifier (glued to letters)"
+        if prev == "@":
+            return "identifier (glued to letters)"
+        if prev in "×x* " and _DIM_BEFORE.search(s, max(0, body_start - 4), body_start):
+            return "identifier (dimensions)"
+        if prev == "#":
+            return "reference (#)"
+        if prev == "^" or s[max(0, body_start - 2) : body_start] in ("^{", "_{"):
+            return "math index"
+        if prev == "." and body_start >= 2 and s[body_start - 2].isalpha():
+            return "identifier (glued to letters)"
+    if nxt and not suf:
+        after = s[end + 1] if end + 1 < len(s) else ""
+        if nxt in "×x" and after.isdigit() or _DIM_AFTER.match(s, end):
+            return "identifier (dimensions)"
+        if nxt.isalpha() and not _UNIT_GLUED.match(s, end):
+            return "identifier (glued to letters)"
+        if nxt == "_" or (nxt == "-" and after.isalpha()):
+            return "identifier (glued to letters)"
+        if nxt == "." and after.isalpha():
+            return "identifier (file name)"
+        if (
+            prev == "("
+            and nxt == ")"
+            and body.isdigit()
+            and len(body) <= 2
+            and not sign
+            and not exp
+        ):
+            return "equation or item reference"
+    return None
+
+
+# -- one line of text
+
+_THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_UNIT_SPACED = re.compile(r" ?" + _UNITS + r"(?![A-Za-z])")
+_GLUED_RUN = re.compile(r"[A-Za-z_][\w.-]*\d$")  # a digit run glued to letters before a '-'
+_WORD = re.compile(r"[a-z][a-z0-9]*")
+_DIGIT = re.compile(r"\d")
+
+_COMMON_MASKS = (
+    r"(?P<code>(?P<tick>`+)[^`\n]+?(?P=tick))",
+    r"(?P<placeholder>\{\{\s*rgt:[^{}\n]*\}\})",
+    r"(?P<url>(?:https?|ftp|file|s3|gs)://[^\s<>\"')\]]+|www\.[^\s<>\"')\]]+)",
+    r"(?P<uuid>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)",
+    r"(?P<date>\b\d{8}[T_-]?\d{6}\b|\b(?:19|20)\d{2}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}"
+    r"(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b|\b(?:19|20)\d{2}-(?:0[1-9]|1[0-2])\b)",
+    r"(?P<time>\b\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\b)",
+    r"(?P<hex>\b0[xX][0-9a-fA-F]+\b|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}\b)",
+    r"(?P<path>(?<![\w/.])(?=[\w.~/+-]*[A-Za-z])(?:~|\.{1,2})?/?(?:[\w.+-]+/)+[\w.+-]*)",
+    r"(?P<exec>\b(?:In|Out)\s?\[\s*\d*\s*\]:?)",
+    r"(?P<entity>&#[xX]?[0-9a-fA-F]+;)",
+    r"(?P<shape>\[?\d+ rows? [x×] \d+ columns?\]?)",
+)
+_MARKDOWN_MASKS = (
+    r"(?P<image>!\[[^\]\n]*\]\([^)\n]*\))",
+    r"(?P<link>(?<=\])\([^)\s]*(?:\s+\"[^\"]*\")?\))",
+    r"(?P<footnote>\[\^[^\]\n]+\])",
+    r"(?P<citation>\[\d{1,3}(?:\s*[,;–-]\s*\d{1,3})*\](?![(:]))",
+    r"(?P<html></?[A-Za-z][^<>\n]*>|<![^<>\n]*>)",
+)
+_OUTPUT_MASKS = (
+    r"(?P<repr><(?:Figure|Axes|matplotlib\.|[\w.]+ object\b|[\w.]+ at 0x)[^<>\n]*>)",
+    r"(?P<timing>^(?:CPU times:|Wall time:).*$|\d[\d.]* ?[mµun]?s ± [\d.]+ ?[mµun]?s per loop.*$)",
+)
+_MASK_REASONS = {
+    "code": "code span",
+    "url": "URL",
+    "uuid": "UUID",
+    "date": "date or timestamp",
+    "time": "time of day or duration",
+    "hex": "hex string or address",
+    "path": "path",
+    "exec": "execution count",
+    "entity": "HTML entity",
+    "shape": "DataFrame shape footer",
+    "image": "image",
+    "link": "link target",
+    "footnote": "footnote",
+    "citation": "citation",
+    "html": "HTML markup",
+    "repr": "object repr",
+    "timing": "cell timing",
+}
+_MD_MASK = re.compile("|".join(_COMMON_MASKS + _MARKDOWN_MASKS))
+_OUT_MASK = re.compile("|".join(_COMMON_MASKS + _OUTPUT_MASKS))
+
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(\d+(?:\.\d+)*\.?)(?=\s|$)")
+_LIST_MARKER = re.compile(r"^\s*(?:[-*+]\s+)?(\d{1,9})[.)](?=\s|$)")
+_REFDEF = re.compile(r"^\s{0,3}\[[^\]\n]+\]:\s*\S")
+
+
+def _blank(text: str, start: int, end: int) -> str:
+    chunk = text[start:end]
+    return text[:start] + blanked(chunk) + text[end:]
+
+
+def _cells(line: str) -> list[tuple[int, int, str]]:
+    """A table row's cells as (start, end, text), without the outer pipes' empty cells."""
+    spans: list[tuple[int, int, str]] = []
+    start = 0
+    for i, ch in enumerate(line):
+        if ch == "|" and (i == 0 or line[i - 1] != "\\"):
+            spans.append((start, i, line[start:i].strip()))
+            start = i + 1
+    spans.append((start, len(line), line[start:].strip()))
+    if spans and not spans[0][2] and line.lstrip().startswith("|"):
+        spans = spans[1:]
+    if spans and not spans[-1][2] and line.rstrip().endswith("|"):
+        spans = spans[:-1]
+    return spans
+
+
+#: Lines longer than this (a minified blob, a digit dump) are reported, not scanned.
+MAX_LINE = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """One line being scanned: as written (``raw``, for context and anchor words), with code
+    spans, URLs and the like blanked (``clean``, same columns), and its table header."""
+
+    raw: str
+    clean: str
+    lineno: int
+    words: frozenset[str]
+    header: list[str] | None
+    cells: list[tuple[int, int, str]] | None
+
+
+class _LineScanner:
+    """Reads one line at a time; ``anchors`` are the words that anchor a number."""
+
+    def __init__(self, anchors: frozenset[str]) -> None:
+        self.anchors = anchors
+
+    def _line(
+        self, line: str, lineno: int, out: list[Token], *, markdown: bool, header: list[str] | None
+    ) -> None:
+        if not _DIGIT.search(line) and "{{" not in line:
+            return
+        if len(line) > MAX_LINE:
+            # Said, not scanned: the masks below cost more than linear time on such lines.
+            reason = f"line of {len(line)} characters not scanned"
+            out.append(Token(lineno, 1, line[:80], kind="masked", reason=reason))
+            return
+        clean = line
+        if markdown:
+            for pattern, reason in ((_HEADING, "heading number"), (_LIST_MARKER, "list marker")):
+                m = pattern.match(clean)
+                if m:
+                    out.append(
+                        Token(lineno, m.start(1) + 1, m.group(1), kind="masked", reason=reason)
+                    )
+                    clean = _blank(clean, m.start(1), m.end(1))
+            if _REFDEF.match(clean):
+                if _DIGIT.search(clean):
+                    out.append(
+                        Token(lineno, 1, clean.strip()[:80], kind="masked", reason="link target")
+                    )
+                return
+        mask = _MD_MASK if markdown else _OUT_MASK
+        pieces: list[str] = []
+        last = 0
+        for m in mask.finditer(clean):
+            kind = m.lastgroup
+            if kind == "tick":  # the backreference group of a code span
+                kind = "code"
+            start, end = m.span()
+            if start == end:
+                continue
+            seg = m.group(0)
+            if kind == "placeholder":
+                out.append(Token(lineno, start + 1, seg, kind="placeholder"))
+            elif _DIGIT.search(seg):
+                out.append(
+                    Token(
+                        lineno,
+                        start + 1,
+                        seg[:80],
+                        kind="masked",
+                        reason=_MASK_REASONS.get(kind or "", "masked"),
+                    )
+                )
+            pieces.append(clean[last:start])
+            pieces.append(" " * (end - start))
+            last = end
+        if pieces:
+            pieces.append(clean[last:])
+            clean = "".join(pieces)
+        if not _DIGIT.search(clean):
+            return
+        ln = _Line(
+            raw=line,
+            clean=clean,
+            lineno=lineno,
+            words=frozenset(_WORD.findall(line.lower())),
+            header=header,
+            cells=_cells(clean) if header is not None else None,
+        )
+        for m in TOKEN.finditer(clean):
+            self._token(ln, m, out)
+
+    def _token(self, ln: _Line, m: re.Match[str], out: list[Token]) -> None:
+        body = m.group("body")
+        body_start = m.start("body")
+        if "," in body and not _THOUSANDS.fullmatch(body):
+            # A list such as 1,2,3: one number per part; exponent and suffix stay with the last.
+            pos = body_start
+            parts = body.split(",")
+            for k, part in enumerate(parts):
+                last = k == len(parts) - 1
+                self._emit(
+                    ln,
+                    out,
+                    sign=m.group("sign") if k == 0 else None,
+                    sign_start=m.start() if k == 0 else pos,
+                    body=part,
+                    body_start=pos,
+                    exp=m.group("exp") if last else None,
+                    suf=m.group("suf") if last else None,
+                    end=m.end() if last else pos + len(part),
+                )
+                pos += len(part) + 1
+            return
+        self._emit(
+            ln,
+            out,
+            sign=m.group("sign"),
+            sign_start=m.start(),
+            body=body,
+            body_start=body_start,
+            exp=m.group("exp"),
+            suf=m.group("suf"),
+            end=m.end(),
+        )
+
+    def _emit(
+        self,
+        ln: _Line,
+        out: list[Token],
+        *,
+        sign: str | None,
+        sign_start: int,
+        body: str,
+        body_start: int,
+        exp: str | None,
+        suf: str | None,
+        end: int,
+    ) -> None:
+        s = ln.clean
+        role = "value"
+        reason: str | None = None
+        start = sign_start
+        prev_sign = s[sign_start - 1] if sign_start > 0 else ""
+        if sign:
+            if sign.startswith("±"):
+                role = "uncertainty"
+            elif prev_sign and (prev_sign.isalnum() or prev_sign in "_)]}.%'\""):
+                if sign == "-" and (prev_sign.isalpha() or prev_sign == "_"):
+                    reason = "identifier (glued to letters)"
+                elif sign == "-" and prev_sign.isdigit() and _GLUED_RUN.search(s, 0, sign_start):
+                    reason = "identifier (glued to letters)"  # Llama-2-7B, T5-11B
+                elif prev_sign.isdigit() or prev_sign == "%":
+                    role = "range"
+                sign = None
+                start = body_start
+        if sign is None:
+            start = body_start
+        prev = s[body_start - 1] if body_start > 0 else ""
+        nxt = s[end] if end < len(s) else ""
+        text = s[start:end].strip()
+        tok = Token(ln.lineno, start + 1, text, role=role)
+        tok.context = ln.raw[max(0, start - 40) : end + 40].strip()
+        out.append(tok)
+        if reason is None:
+            reason = _ignored(s, body, body_start, prev, nxt, end, sign, exp, suf)
+        # Value, decimals, significant digits.
+        mantissa = body.replace(",", "")
+        if mantissa.count(".") > 1:
+            tok.reason = reason or "version (dotted)"
+            return
+        try:
+            value = Decimal(mantissa)
+        except InvalidOperation:
+            tok.reason = reason or "not a number"
+            return
+        decimals = decimals_of(mantissa)
+        if exp:
+            e = exp.strip()
+            power = re.search(r"[-+]?\d+", e.split("10^")[-1] if "10^" in e else e.lstrip("eE^"))
+            if power and len(power.group(0).lstrip("+-")) > 4:
+                # 10^±10000 and beyond is no measured number (and would overflow a float).
+                tok.reason = reason or "exponent out of range"
+                return
+            k = int(power.group(0)) if power else 0
+            if e[0] == "^":
+                if mantissa != "10":
+                    reason = reason or "math expression"
+                    k = 0
+                else:
+                    value = Decimal(1)
+            tok.exponent = k
+            value = value.scaleb(k)
+        suffix = (suf or "").strip()
+        tok.suffix = suffix
+        if suffix in MULTIPLIER:
+            value = value.scaleb(MULTIPLIER[suffix])
+        if sign == "-":
+            value = -value
+        tok.sign_shown = sign in ("-", "+")
+        tok.value = float(value)
+        tok.decimals = decimals
+        tok.sig = sig_digits(mantissa)
+        tok.thousands = "," in body
+        if not suffix:
+            um = _UNIT_SPACED.match(s, end)
+            if um:
+                tok.unit = um.group(0).strip()
+        # Anchors: the line's words, plus the table cell's column header and row header.
+        scope = ln.words
+        if ln.header is not None and ln.cells:
+            col = sum(1 for c in ln.cells if c[0] <= body_start) - 1
+            col_name = ln.header[col] if 0 <= col < len(ln.header) else ""
+            row_head = ln.cells[0][2] if col > 0 else ""
+            tok.header = f"{row_head} / {col_name}" if row_head and col_name else col_name
+            if tok.header:
+                scope = scope | frozenset(_WORD.findall(tok.header.lower()))
+        tok.words = scope
+        tok.anchored = role == "uncertainty" or bool(scope & self.anchors)
+        is_int = decimals == 0 and not exp and not suffix and not tok.thousands and sign is None
+        if reason is None and is_int and 1900 <= value <= 2099:
+            if tok.anchored:
+                tok.year_like = True
+            else:
+                reason = "year"
+        tok.reason = reason
+
+
+# -- whole texts: markdown, outputs, HTML
+
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+# An unclosed comment, OSC escape or table runs to the end of the text (or line), so no
+# pattern has to give up and retry from every later position.
+_COMMENT = re.compile(r"<!--(.*?)(?:-->|\Z)", re.S)
+_PRAGMA_COMMENT = re.compile(r"rgt:\s*ignore\b")
+_TABLE_SEP = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
+_PROGRESS = re.compile(r"\d+%\|| (?:it/s|s/it)\]|\|[█▏▎▍▌▋▊▉#]+")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?")
+
+
+def _table_header(
+    lines: list[str], i: int, line: str, header: list[str] | None
+) -> tuple[list[str] | None, bool]:
+    """The table header in force at ``line`` (``lines[i]`` as scanned), and whether ``line`` is
+    the separator row under that header."""
+    if "|" not in line or len(line) > MAX_LINE:
+        return None, False
+    nxt = lines[i + 1] if i + 1 < len(lines) else ""
+    nxt = nxt if len(nxt) <= MAX_LINE else ""
+    if "|" in nxt and _TABLE_SEP.match(nxt):
+        return [c[2] for c in _cells(line)], False
+    return header, header is not None and _TABLE_SEP.match(line) is not None
+
+
+class TextScanner(_LineScanner):
+    """Scans text for numbers; ``anchors`` are the words that anchor a number (metric names,
+    split words, results.json keys)."""
+
+    # -- whole texts
+
+    def markdown(self, source: str) -> list[Token]:
+        """Tokens of a markdown or raw cell: fences and HTML comments are blanked first;
+        ``<!-- rgt:ignore -->`` ignores its own line, or the block after it when alone."""
+        text = normalize(source)
+        out: list[Token] = []
+        pragma_lines: set[int] = set()
+        if "<!--" in text:
+            for m in _COMMENT.finditer(text):
+                if _PRAGMA_COMMENT.search(m.group(1)):
+                    pragma_lines.update(self._pragma_scope(text, m.start(), m.end()))
+            text = _COMMENT.sub(spaces, text)
+        lines = text.split("\n")
+        fence: str | None = None
+        fence_start = 0
+        fence_digits = False
+        header: list[str] | None = None
+        for i, line in enumerate(lines):
+            if fence is not None:
+                if line.strip().startswith(fence):
+                    if fence_digits:
+                        out.append(Token(fence_start, 1, fence, kind="masked", reason="code fence"))
+                    fence = None
+                elif not fence_digits and _DIGIT.search(line):
+                    fence_digits = True
+                continue
+            fm = _FENCE.match(line)
+            if fm:
+                fence, fence_start, fence_digits = fm.group(1), i + 1, False
+                continue
+            header, separator = _table_header(lines, i, line, header)
+            if separator:
+                continue
+            first = len(out)
+            self._line(line, i + 1, out, markdown=True, header=header)
+            if i + 1 in pragma_lines:
+                for tok in out[first:]:
+                    if tok.kind == "number" and tok.reason is None:
+                        tok.reason = "pragma: rgt:ignore"
+        if fence is not None and fence_digits:
+            out.append(Token(fence_start, 1, fence, kind="masked", reason="code fence"))
+        return out
+
+    @staticmethod
+    def _pragma_scope(text: str, start: int, end: int) -> set[int]:
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", end)
+        line_end = len(text) if line_end < 0 else line_end
+        first = text.count("\n", 0, start) + 1
+        alone = not text[line_start:start].strip() and not text[end:line_end].strip()
+        if not alone:
+            return {first}
+        scope = {first}
+        lines = text[line_end + 1 :].split("\n") if line_end < len(text) else []
+        for k, line in enumerate(lines):
+            if not line.strip():
+                break
+            scope.add(first + 1 + k)
+        return scope
+
+    def output_text(self, text: str) -> list[Token]:
+        """Tokens of stdout or text/plain: ANSI codes stripped, only the text after a line's
+        last carriage return, progress-bar lines dropped."""
+        text = normalize(_ANSI.sub("", text)) if "\x1b" in text else normalize(text)
+        out: list[Token] = []
+        header: list[str] | None = None
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            if "\r" in line:
+                line = line.rstrip("\r").rsplit("\r", 1)[-1]
+            header, separator = _table_header(lines, i, line, header)
+            if separator:
+                continue
+            if not _DIGIT.search(line):
+                continue
+            if _PROGRESS.search(line[:MAX_LINE]):
+                out.append(Token(i + 1, 1, line.strip()[:80], kind="masked", reason="progress bar"))
+                continue
+            self._line(line, i + 1, out, markdown=False, header=header)
+        return out
+
+    def html(self, text: str) -> list[Token]:
+        """Tokens of text/html: tables become pipe rows under their header row, other tags
+        are dropped."""
+        return self.output_text(html_to_text(text))
+
+
+def html_to_text(markup: str) -> str:
+    """Plain text of HTML: scripts and styles dropped, each table as pipe rows with a separator
+    after its first (header) row, block tags as line breaks, entities unescaped."""
+    markup = _SCRIPT_STYLE.sub("", markup)
+    markup = _TABLE.sub(_table_rows, markup)
+    markup = _BLOCK.sub("\n", markup)
+    markup = _TAG.sub("", markup)
+    return html.unescape(markup)
+
+
+_SCRIPT_STYLE = re.compile(r"<(script|style)\b.*?</\1\s*>", re.S | re.I)
+_TABLE = re.compile(r"<table\b.*?(?:</table\s*>|\Z)", re.S | re.I)
+_ROW = re.compile(r"<tr\b[^>]*>(.*?)</tr\s*>", re.S | re.I)
+_CELL = re.compile(r"<t([hd])\b[^>]*>(.*?)</t[hd]\s*>", re.S | re.I)
+_BLOCK = re.compile(r"<br\s*/?>|</(?:p|div|li|h[1-6]|pre|tr)\s*>", re.I)
+_TAG = re.compile(r"<[^>]*>")
+
+
+def _table_rows(m: re.Match[str]) -> str:
+    rows: list[str] = []
+    for k, row in enumerate(_ROW.finditer(m.group(0))):
+        cells = [
+            " ".join(_TAG.sub("", c.group(2)).split()).replace("|", "/")
+            for c in _CELL.finditer(row.group(1))
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+        if k == 0:
+            rows.append("|" + "---|" * max(1, len(cells)))
+    return "\n" + "\n".join(rows) + "\n"
