@@ -102,7 +102,7 @@ def run(n: int, out: Path) -> dict[str, Any]:
             beat_s = spy.wait(timeout=30.0)
             if beat_s is None:
                 raise RuntimeError(f"{job.id}: no heartbeat.json within 30 s of the launch")
-            if spy.control_dir != Path(job.spec["control_dir"]):
+            if spy.control_dir != Path(job.spec.control_dir):
                 raise RuntimeError(f"{job.id}: heartbeat seen in {spy.control_dir}, not its own")
             state = job.wait(timeout=60.0)
             if state != "finished":

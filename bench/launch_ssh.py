@@ -138,7 +138,7 @@ def counting(log: CallLog, transport: Any) -> Iterator[None]:
 
 def wait_watcher_idle(timeout: float) -> None:
     """Wait until the process's watcher follows no job (so it polls nothing meanwhile)."""
-    from rgt_jupyter.watch import watcher
+    from rgt_jupyter.run.watch.watcher import watcher
 
     w = watcher()
     deadline = time.monotonic() + timeout
@@ -182,7 +182,7 @@ def time_launches(
         elapsed = time.perf_counter() - t0
         result.raise_error()
         job = Job.from_registry(name, box.project)
-        if job.spec["transport"] != "ssh" or job.spec["host_alias"] != box.alias:
+        if job.spec.transport != "ssh" or job.spec.host_alias != box.alias:
             raise RuntimeError(f"{job.id} did not run over SSH: {job.spec}")
         samples.append(
             {
@@ -239,7 +239,7 @@ def run(n: int, out: Path) -> dict[str, Any]:
 
     from IPython.core.interactiveshell import InteractiveShell
 
-    from rgt_jupyter import magics as magics_mod
+    from rgt_jupyter import api as api_mod
     from rgt_jupyter.transport.ssh import connect
 
     with tempfile.TemporaryDirectory(prefix="rgt-bench-ssh-") as tmp_str:
@@ -264,7 +264,7 @@ def run(n: int, out: Path) -> dict[str, Any]:
                 shell.run_cell("%load_ext rgt_jupyter", store_history=False).raise_error()
             log = CallLog(threading.current_thread())
             launch_seconds: list[float] = []
-            real_launch = magics_mod.launch
+            real_launch = api_mod.launch_seeds
 
             def timed_launch(*args: Any, **kwargs: Any) -> Any:
                 t0 = time.perf_counter()
@@ -273,7 +273,7 @@ def run(n: int, out: Path) -> dict[str, Any]:
                 finally:
                     launch_seconds.append(time.perf_counter() - t0)
 
-            with counting(log, transport), mock.patch.object(magics_mod, "launch", timed_launch):
+            with counting(log, transport), mock.patch.object(api_mod, "launch_seeds", timed_launch):
                 first = time_launches(shell, box, ["ssh-warmup"], log, launch_seconds)[0]
                 names = [f"ssh-{i:03d}" for i in range(n)]
                 shipped = time_launches(shell, box, names, log, launch_seconds)

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rgt_jupyter import submit
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -59,7 +61,7 @@ def child(name: str, to: str) -> dict[str, Any]:
     shell.run_line_magic("load_ext", "rgt_jupyter")
     with capture_output():
         shell.run_line_magic("watch", name)  # the connection and the modules are in place
-    import rgt_jupyter.pull  # noqa: F401 - loaded before the baseline, as a notebook would have
+    import rgt_jupyter.run.pull  # noqa: F401 - loaded before the baseline, as a notebook would have
 
     samples: list[int] = []
     done = threading.Event()
@@ -82,7 +84,7 @@ def child(name: str, to: str) -> dict[str, Any]:
     from rgt_jupyter.transport.ssh import connect
 
     project = Path(os.environ["RGT_PROJECT"])
-    transport = connect(Job.from_registry(name, project).spec["host_alias"], project)
+    transport = connect(Job.from_registry(name, project).spec.host_alias, project)
     return {
         "verified": bool(run.verified),
         "stream": transport.last_stream,
@@ -96,8 +98,7 @@ def child(name: str, to: str) -> dict[str, Any]:
 
 def run(size_gib: float, out: Path) -> dict[str, Any]:
     """Set up the box, write the job's file, measure each transfer setting, write ``out``."""
-    from rgt_jupyter.api import Job
-    from rgt_jupyter.launch import LaunchRequest, launch
+    from rgt_jupyter.jobs.request import LaunchRequest
 
     size = int(size_gib * (1 << 30))
     results: dict[str, Any] = {}
@@ -111,7 +112,7 @@ def run(size_gib: float, out: Path) -> dict[str, Any]:
                 host=box.alias,
                 smoke=False,
             )
-            job = Job(launch(request, box.project), box.project)
+            job = submit(request, box.project)
             if job.wait(timeout=3600) != "finished":
                 raise RuntimeError(job.log())
             for method in ("auto", "paramiko"):

@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rgt_jupyter import submit
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -75,10 +77,10 @@ def cluster(root: Path) -> Iterator[str]:
 def run(n: int, window: float, sleep: float, out: Path) -> dict[str, Any]:
     """Launch ``n`` jobs, watch them for ``window`` seconds, write the summary to ``out``."""
     from rgt_jupyter.api import Job
-    from rgt_jupyter.launch import LaunchRequest, launch
-    from rgt_jupyter.slurm_queue import slurm_queue
-    from rgt_jupyter.status import Snapshot
-    from rgt_jupyter.watch import Watcher
+    from rgt_jupyter.backends.slurm.queue import slurm_queue
+    from rgt_jupyter.jobs.request import LaunchRequest
+    from rgt_jupyter.jobs.snapshot import Snapshot
+    from rgt_jupyter.run.watch.watcher import Watcher
 
     program = f"import time\ntime.sleep({sleep})\n"
     with tempfile.TemporaryDirectory(prefix="rgt-bench-slurm-") as tmp:
@@ -93,7 +95,7 @@ def run(n: int, window: float, sleep: float, out: Path) -> dict[str, Any]:
             submitted: dict[str, float] = {}
             for i in range(n):
                 req = LaunchRequest(program=program, name=f"w{i:03d}", profile="here")
-                job = Job(launch(req, project), project)
+                job = submit(req, project)
                 submitted[job.id] = time.monotonic()
                 jobs.append(job)
             queue = slurm_queue()
@@ -124,7 +126,7 @@ def run(n: int, window: float, sleep: float, out: Path) -> dict[str, Any]:
             calls = queue.calls.get(host, 0) - calls_before
             for key in keys:
                 watcher.unsubscribe(key)
-            ids = [j.spec["slurm_job_id"] for j in jobs]
+            ids = [j.spec.slurm_job_id for j in jobs]
             batched = _timed(["squeue", "-h", "-t", "all", f"--jobs={','.join(ids)}"])
             per_job = sum(_timed(["squeue", "-h", "-t", "all", "-j", i]) for i in ids)
             subprocess.run(["scancel", *ids], check=False)

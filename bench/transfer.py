@@ -61,9 +61,8 @@ KEX_RE = re.compile(r"kex: server->client cipher: (\S+) MAC: (\S+)")
 
 @contextlib.contextmanager
 def timed_phases(seconds: dict[str, float]) -> Iterator[None]:
-    """Add the time spent in each step of ``rgt_jupyter.pull.pull`` to ``seconds``."""
-    from rgt_jupyter import pull as pull_mod
-    from rgt_jupyter import status as status_mod
+    """Add the time spent in each step of ``rgt_jupyter.run.pull.pull`` to ``seconds``."""
+    from rgt_jupyter.run import pull as pull_mod
 
     def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -77,7 +76,7 @@ def timed_phases(seconds: dict[str, float]) -> Iterator[None]:
 
     with contextlib.ExitStack() as stack:
         for target, attr, name in (
-            (status_mod, "observe", "status"),
+            (pull_mod, "observe", "status"),
             (pull_mod, "remote_listing", "remote_listing"),
             (pull_mod, "_fetch", "fetch"),
             (pull_mod, "load_checkpoints", "checkpoint_loads"),
@@ -87,7 +86,7 @@ def timed_phases(seconds: dict[str, float]) -> Iterator[None]:
 
 
 def sha256_of(path: Path) -> str:
-    from rgt_jupyter.agent import sha256_file
+    from rgt_jupyter.remote.agent import sha256_file
 
     return sha256_file(str(path))[0]
 
@@ -100,8 +99,8 @@ def settle() -> None:
 
 def stream_cipher(alias: str, project: Path) -> dict[str, str]:
     """The cipher and MAC the OpenSSH stream of rgt negotiates with the box (``ssh -v``)."""
-    from rgt_jupyter.transport import stream
-    from rgt_jupyter.transport.ssh import resolve, ssh_config_path
+    from rgt_jupyter.transport.ssh import stream
+    from rgt_jupyter.transport.ssh.hosts import resolve, ssh_config_path
 
     binary = stream.openssh_binary()
     assert binary is not None
@@ -188,8 +187,8 @@ def time_sha256(size: int) -> float:
 
 def run(size_mib: int, repeats: int, out: Path) -> dict[str, Any]:
     """Set up the box, launch the writer job, time every method, write the JSON to ``out``."""
-    from rgt_jupyter.api import Job
-    from rgt_jupyter.launch import LaunchRequest, launch
+    from rgt_jupyter import submit
+    from rgt_jupyter.jobs.request import LaunchRequest
     from rgt_jupyter.transport.ssh import connect
 
     size = size_mib << 20
@@ -197,7 +196,7 @@ def run(size_mib: int, repeats: int, out: Path) -> dict[str, Any]:
         tmp = Path(tmp_str).resolve()
         with ssh_box(tmp) as box:
             t0 = time.perf_counter()
-            row = launch(
+            job = submit(
                 LaunchRequest(
                     program=JOB.format(size=size, block=BLOCK),
                     name="xfer",
@@ -207,14 +206,13 @@ def run(size_mib: int, repeats: int, out: Path) -> dict[str, Any]:
                 ),
                 box.project,
             )
-            job = Job(row, box.project)
             state = job.wait(timeout=1800)
             if state != "finished":
                 raise RuntimeError(f"the writer job ended {state}:\n{job.log()}")
             writer_job_s = time.perf_counter() - t0
-            src = f"{job.spec['out_dir']}/random.bin"
+            src = f"{job.spec.out_dir}/random.bin"
             transport = connect(box.alias, box.project)
-            manifest = json.loads(transport.read_text(f"{job.spec['control_dir']}/manifest.json"))
+            manifest = json.loads(transport.read_text(f"{job.spec.control_dir}/manifest.json"))
             expected_sha = manifest["files"]["outputs/random.bin"]["sha256"]
             rgt_stream = stream_cipher(box.alias, box.project)
             client_transport = transport.client().get_transport()

@@ -279,11 +279,12 @@ def counting(counter: RequestCounter, transport: Any) -> Iterator[None]:
 
 def watch_ssh(n: int, window: float, tmp: Path) -> dict[str, Any]:
     """Follow ``n`` jobs on the loopback SSH host with the process's watcher for ``window`` s."""
+    from rgt_jupyter import submit
     from rgt_jupyter.api import Job
-    from rgt_jupyter.launch import LaunchRequest, launch
-    from rgt_jupyter.status import Snapshot
+    from rgt_jupyter.jobs.request import LaunchRequest
+    from rgt_jupyter.jobs.snapshot import Snapshot
+    from rgt_jupyter.run.watch.watcher import watcher
     from rgt_jupyter.transport.ssh import connect
-    from rgt_jupyter.watch import watcher
 
     stop = tmp / "stop-ssh-jobs"
     code = program(stop, 3 * window + 300)
@@ -314,8 +315,8 @@ def watch_ssh(n: int, window: float, tmp: Path) -> dict[str, Any]:
                     host=box.alias,
                     smoke=False,
                 )
-                jobs.append(Job.just_launched(launch(req, box.project), box.project))
-            controls = [job.spec["control_dir"] for job in jobs]
+                jobs.append(submit(req, box.project))
+            controls = [job.spec.control_dir for job in jobs]
             if any(job.transport is not transport for job in jobs):
                 raise RuntimeError("the jobs do not share the process's transport for the host")
             w = watcher()
@@ -497,7 +498,7 @@ class Kernel:
 WATCHER_CELL = """\
 import json as _json
 import threading as _threading
-from rgt_jupyter.watch import watcher as _watcher
+from rgt_jupyter.run.watch.watcher import watcher as _watcher
 print(_json.dumps({
     "ticks": _watcher().ticks,
     "interval": _watcher().interval,
@@ -528,7 +529,7 @@ def watch_kernel(n: int, window: float, tmp: Path) -> dict[str, Any]:
         controls = json.loads(
             kernel.run(
                 "import json as _json\nfrom rgt_jupyter.api import Job as _Job\n"
-                f"print(_json.dumps([_Job.from_registry(n).spec['control_dir'] for n in {names!r}]))"
+                f"print(_json.dumps([_Job.from_registry(n).spec.control_dir for n in {names!r}]))"
             )
         )
         wait_until(

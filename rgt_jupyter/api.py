@@ -1,21 +1,38 @@
-"""The one Python API every front end shares: :class:`Job` and :class:`Run`."""
+"""The one Python API every front end shares.
+
+The verbs: :func:`submit` launches a program as a detached job (or a seed group) and
+:func:`find` finds a job or a seed group by what a user types. The handles: :class:`Job` (one
+attempt of a job), :class:`Run` (a pulled, verified run), and :class:`JobGroup` /
+:class:`RunGroup` (the jobs and runs of one ``--seeds`` launch, seen as one experiment). The
+magics, the CLI and the server extension are thin front doors over these.
+"""
 
 from __future__ import annotations
 
+import html
 import json
 import os
-import signal as _signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
-from .errors import RemoteTraceback, TransportError, UsageError
-from .project import project_dir
-from .registry import Registry
-from .render import snapshot_html, snapshot_text, traceback_lines
-from .status import TERMINAL, Snapshot, as_launched, observe
+from .backends import Backend, get_backend
+from .errors import JobNotFound, RemoteTraceback, TransportError, UsageError
+from .jobs.lookup import group_rows
+from .jobs.request import LaunchRequest, make_request
+from .jobs.snapshot import TERMINAL, Snapshot, as_launched
+from .jobs.spec import JobSpec
+from .jobs.tracebacks import traceback_lines
+from .run.billing import cost_text
+from .run.launch import launch, update_spec
+from .run.pull import pull
+from .run.seeds import launch_seeds
+from .store.fsutil import jsonl_records
+from .store.project import project_dir
+from .store.registry import Registry
 from .transport import Transport, get_transport
+from .views.render import snapshot_html, snapshot_text
 
 #: Transport failures that say the host is out of reach for now, not that something is wrong.
 TRANSIENT_KINDS = ("timeout", "transport_unavailable", "connection_refused")
@@ -28,16 +45,16 @@ class Job:
     def __init__(self, row: dict[str, Any], project: Path) -> None:
         self.project = project
         self._row = row
-        self.spec: dict[str, Any] = row["spec"]
+        self.spec = JobSpec.from_row(row)
         self.id: str = row["id"]
         self.name: str = row["name"]
         self.profile: str = row["profile"]
+        #: What the launch said besides the job (first-launch warnings of the profile).
+        self.notices: list[str] = []
         self._transport: Transport | None = None
         self._last: Snapshot | None = None
-        if self.spec.get("slurm_job_id") and row.get("state") not in TERMINAL:
-            from .slurm_queue import slurm_queue
-
-            slurm_queue().follow(self.spec.get("host", ""), self.spec["slurm_job_id"])
+        if row.get("state") not in TERMINAL:
+            self.backend.follow(self.spec)
 
     # -- construction
 
@@ -59,12 +76,15 @@ class Job:
     # -- observation
 
     @property
+    def backend(self) -> Backend:
+        """The backend that launched the job (its profile's ``launcher``)."""
+        return get_backend(self.spec.launcher)
+
+    @property
     def transport(self) -> Transport:
         """The transport of the job's profile (created on first use)."""
         if self._transport is None:
-            self._transport = get_transport(
-                self.spec["transport"], self.spec.get("host_alias"), self.project
-            )
+            self._transport = get_transport(self.spec.transport, self.spec.host_alias, self.project)
         return self._transport
 
     @classmethod
@@ -85,16 +105,19 @@ class Job:
 
         ``via``: the transport to read through (the watcher passes one that answers from its
         batched look at the machine)."""
-        snap = observe(via or self.transport, self.spec, log_lines=log_lines)
-        if self.spec.get("instance_id"):
-            from .billing import cost_text
-
-            inst = Registry(self.project).instance(self.spec["instance_id"])
+        snap = self.backend.observe(via or self.transport, self.spec, log_lines=log_lines)
+        if self.spec.instance_id:
+            inst = Registry(self.project).instance(self.spec.instance_id)
             snap.cost = cost_text(inst) if inst else None
         if self._last is None or self._last.state != snap.state:
             Registry(self.project).set_state(self.id, snap.state, exit_code=snap.exit_code)
         self._last = snap
         return snap
+
+    @property
+    def recorded_state(self) -> str:
+        """The state the registry last recorded, without looking at the job."""
+        return str((self._last.state if self._last else None) or self._row.get("state"))
 
     @property
     def state(self) -> str:
@@ -118,7 +141,7 @@ class Job:
                 snap = self.snapshot(log_lines=0)
             except TransportError as exc:
                 late = deadline is not None and time.monotonic() >= deadline
-                if late or getattr(exc, "kind", None) not in TRANSIENT_KINDS:
+                if late or exc.kind not in TRANSIENT_KINDS:
                     raise
                 time.sleep(poll)
                 continue
@@ -129,28 +152,26 @@ class Job:
 
     def log(self, max_bytes: int = 1 << 20) -> str:
         """The end of the job's log (stdout and stderr)."""
-        data = self.transport.tail(f"{self.spec['control_dir']}/log", max_bytes)
+        data = self.transport.tail(f"{self.spec.control_dir}/log", max_bytes)
         return data.decode("utf-8", errors="replace")
 
     def progress_records(self) -> list[dict[str, Any]]:
         """Every ``job.progress(...)`` record so far (for curves)."""
-        from .fsutil import jsonl_records
-
-        text = self.transport.read_text(f"{self.spec['control_dir']}/progress.jsonl") or ""
+        text = self.transport.read_text(f"{self.spec.control_dir}/progress.jsonl") or ""
         return jsonl_records(text)
 
     def traceback(self) -> list[str] | None:
         """The job's Python traceback (in the cell's line numbers), if it raised."""
-        text = self.transport.read_text(f"{self.spec['control_dir']}/error.json")
+        text = self.transport.read_text(f"{self.spec.control_dir}/error.json")
         if not text:
             return None
         return traceback_lines(
             json.loads(text),
-            self.spec["program"],
-            int(self.spec.get("line_offset", 0)),
-            self.spec.get("label", ""),
+            self.spec.program,
+            int(self.spec.line_offset),
+            self.spec.label,
             self.id,
-            self.spec.get("host", ""),
+            self.spec.host,
         )
 
     def exception(self) -> RemoteTraceback | None:
@@ -167,7 +188,7 @@ class Job:
         exc = self.exception()
         if exc is not None:
             raise exc
-        text = self.transport.read_text(f"{self.spec['out_dir']}/results.json")
+        text = self.transport.read_text(f"{self.spec.out_dir}/results.json")
         if text is None:
             raise UsageError(f"job {self.id} is {state} and wrote no results.json")
         value: dict[str, Any] = json.loads(text)
@@ -176,47 +197,18 @@ class Job:
     # -- actions
 
     def stop(self, sig: str = "SIGTERM") -> None:
-        """Ask the job to stop: the agent forwards the signal, the job saves and ends
-        ``preempted``; after the grace period the agent kills what is left."""
-        if self.spec.get("launcher") == "k8s-job":
-            from .k8s_launch import delete_k8s_job
-
-            delete_k8s_job(self.spec)
-            Registry(self.project).update_spec(self.id, k8s_deleted_at=time.time())
-            self.spec["k8s_deleted_at"] = time.time()
-            Registry(self.project).event(self.id, "stop_requested", via="delete Job")
-            return
-        if self.spec.get("launcher") == "sbatch":
-            if self.snapshot(log_lines=0).terminal:
-                raise UsageError(f"job {self.id} has already ended")
-            # scancel signals the batch shell (the agent) and the steps, then SIGKILL after
-            # Slurm's KillWait: the agent forwards the signal and the job saves first.
-            self.transport.exec(
-                [
-                    "scancel",
-                    f"--signal={sig.removeprefix('SIG')}",
-                    "--full",
-                    self.spec["slurm_job_id"],
-                ]
-            ).check()
-            Registry(self.project).event(self.id, "stop_requested", signal=sig, via="scancel")
-            return
-        from .status import agent_pid
-
-        # Only the job's own agent is ever signalled, whatever status.json names.
-        pid = agent_pid(self.transport, self.spec)
-        if pid is None or self.snapshot(log_lines=0).terminal:
-            raise UsageError(f"job {self.id} is not running")
-        if self.spec["transport"] != "local":
-            raise UsageError("stop is only available for local jobs")
-        os.kill(pid, getattr(_signal, sig))
-        Registry(self.project).event(self.id, "stop_requested", signal=sig)
+        """Ask the job to stop, through its backend: the agent forwards the signal, the job
+        saves and ends ``preempted``; after the grace period the agent kills what is left."""
+        stopped = self.backend.stop(self.transport, self.spec, sig)
+        registry = Registry(self.project)
+        if stopped.spec:
+            update_spec(registry, self.id, **stopped.spec)
+            self.spec = self.spec.replace(**stopped.spec)
+        registry.event(self.id, "stop_requested", **stopped.event)
 
     def resume(self, fresh: bool = False) -> Job:
         """Relaunch this job's program: into the same checkpoint dir (``RGT_RESUME=1``) when it
         ended preempted, failed or lost; ``fresh=True`` starts over in a new dir."""
-        from .launch import LaunchRequest, launch
-
         spec = self.spec
         state = self.snapshot(log_lines=0).state
         if state == "finished" and not fresh:
@@ -229,17 +221,17 @@ class Job:
             program="",
             name=self.name,
             profile=self.profile,
-            label=spec.get("label", ""),
-            line_offset=int(spec.get("line_offset", 0)),
-            env=dict(spec.get("env", {})),
+            label=spec.label,
+            line_offset=spec.line_offset,
+            env=dict(spec.env),
             smoke=False,
-            host=spec.get("host_alias"),
-            secrets=list(spec.get("secret_names", [])),
-            python=spec["python"],
+            host=spec.host_alias,
+            secrets=list(spec.secret_names),
+            python=spec.python,
             fresh=fresh,
-            grace_s=spec.get("grace_s"),
-            ckpt_dir=spec.get("ckpt_root"),
-            allow_ephemeral_ckpt=bool((spec.get("durability") or {}).get("overridden")),
+            grace_s=spec.grace_s,
+            ckpt_dir=spec.ckpt_root,
+            allow_ephemeral_ckpt=bool(spec.durability.get("overridden")),
             reuse_code_of=spec,
         )
         return Job(launch(req, self.project), self.project)
@@ -249,16 +241,22 @@ class Job:
         to: str | os.PathLike[str] | None = None,
         on_progress: Callable[[int, int, str], None] | None = None,
     ) -> Run:
-        """Pull outputs and checkpoints into a new immutable run (see :mod:`.pull`).
+        """Pull outputs and checkpoints into a new immutable run (see :mod:`.run.pull`).
 
         ``on_progress(bytes_done, bytes_total, path)`` is called after each file. A pull of this
         job that was killed is settled first: when its run had landed whole, that run is
         registered and returned; otherwise this pull resumes from what it had fetched.
         """
-        from .pull import pull
-
         target = Path(to) if to is not None else None
-        return Run(pull(self._row, self.project, target, on_progress=on_progress))
+        return Run(pull(self.spec, self.project, target, on_progress=on_progress))
+
+    def log_offset(self, consumer: str) -> int | None:
+        """How many bytes of the job's log ``consumer`` (a notebook) has been shown, if known."""
+        return Registry(self.project).log_offset(self.id, consumer)
+
+    def set_log_offset(self, consumer: str, offset: int) -> None:
+        """Record that ``consumer`` has been shown the job's log up to byte ``offset``."""
+        Registry(self.project).set_log_offset(self.id, consumer, offset)
 
     def runs(self) -> list[Run]:
         """Runs already pulled from this job."""
@@ -344,7 +342,6 @@ class Run:
         return "\n".join(lines)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        import html
 
         return {
             "text/plain": self.text(),
@@ -353,3 +350,188 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} verified={self.verified}>"
+
+
+class JobGroup:
+    """The members of one seed group (``spec.group``), in seed order."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        if not jobs or any(not j.spec.group for j in jobs):
+            raise UsageError("a seed group needs at least one job, each of the group")
+        self.jobs = sorted(jobs, key=lambda j: int((j.spec.group or {}).get("seed", 0)))
+        group = self.jobs[0].spec.group or {}
+        self.id: str = group["id"]
+        self.name: str = group["name"]
+        self.seeds: list[int] = [int((j.spec.group or {}).get("seed", 0)) for j in self.jobs]
+        #: What the launch said besides the jobs (first-launch warnings of the profile).
+        self.notices: list[str] = []
+
+    @classmethod
+    def from_rows(cls, rows: list[dict[str, Any]], project: Path) -> JobGroup:
+        """The group of the rows a launch returned."""
+        return cls([Job.just_launched(r, project) for r in rows])
+
+    @classmethod
+    def find(cls, ref: str, project: str | os.PathLike[str] | None = None) -> JobGroup | None:
+        """The newest group with this name (or id) in the project, or None."""
+        proj = project_dir(project)
+        rows = group_rows(Registry(proj), ref)
+        return cls([Job(r, proj) for r in rows]) if rows else None
+
+    @classmethod
+    def from_registry(cls, ref: str, project: str | os.PathLike[str] | None = None) -> JobGroup:
+        """Like :meth:`find`, but raises when there is no such group."""
+        group = cls.find(ref, project)
+        if group is None:
+            raise JobNotFound(f"no seed group {ref!r} in this project (launch one with --seeds)")
+        return group
+
+    def states(self) -> dict[str, str]:
+        """Each member's state, by job name."""
+        return {j.name: j.snapshot(log_lines=0).state for j in self.jobs}
+
+    def wait(self, timeout: float | None = None, poll: float = 0.5) -> dict[str, str]:
+        """Block until every member ended (or ``timeout`` seconds pass); return the states."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            states = self.states()
+            done = all(s in TERMINAL for s in states.values())
+            if done or (deadline is not None and time.monotonic() >= deadline):
+                return states
+            time.sleep(poll)
+
+    def pull(self, to: str | os.PathLike[str] | None = None) -> RunGroup:
+        """Pull every member into its own verified run (each run.json names the group)."""
+        return RunGroup(self.name, [job.pull(to=to) for job in self.jobs])
+
+    def text(self) -> str:
+        """One line per member."""
+        lines = [f"seed group {self.name} ({self.id}): {len(self.jobs)} job(s)"]
+        for job in self.jobs:
+            snap = job.recent_snapshot()
+            extra = f"  {snap.diagnosis}" if snap.diagnosis and snap.terminal else ""
+            seed = (job.spec.group or {}).get("seed")
+            lines.append(f"  seed {seed}: {job.id} [{snap.state}]{extra}")
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        text = self.text()
+        return {"text/plain": text, "text/html": "<pre>" + html.escape(text) + "</pre>"}
+
+    def __repr__(self) -> str:
+        return f"<JobGroup {self.id} seeds={self.seeds}>"
+
+
+class RunGroup(Sequence[Run]):
+    """The pulled runs of a seed group, with what their saved configs (``job.save_config``)
+    differ in besides the seed: a difference is disclosed, not hidden."""
+
+    def __init__(self, name: str, runs: list[Run]) -> None:
+        self.runs = runs
+        self.name = name
+        self.differences = config_differences([r.provenance.get("config") or {} for r in runs])
+
+    @overload
+    def __getitem__(self, index: int) -> Run: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Run]: ...
+
+    def __getitem__(self, index: int | slice) -> Run | list[Run]:
+        return self.runs[index]
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def __repr__(self) -> str:
+        return f"<RunGroup {self.name} runs={len(self.runs)}>"
+
+    def text(self) -> str:
+        """One line per run, and the config check."""
+        lines = [f"seed group {self.name}: {len(self)} run(s)"]
+        lines += [
+            f"  seed {r.provenance.get('seed')}: {r.run_id} verified: "
+            + ("yes" if r.verified else "NO")
+            + f" ({r.path})"
+            for r in self
+        ]
+        lines.append(
+            "  configs differ only in the seed"
+            if not self.differences
+            else "  DISCLOSE: the configs also differ in " + ", ".join(self.differences)
+        )
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        text = self.text()
+        return {"text/plain": text, "text/html": "<pre>" + html.escape(text) + "</pre>"}
+
+
+def config_differences(configs: list[dict[str, Any]]) -> list[str]:
+    """Keys (other than ``seed``) whose values are not the same in every config."""
+    keys = sorted({k for c in configs for k in c} - {"seed"})
+    return [k for k in keys if any(c.get(k) != configs[0].get(k) for c in configs[1:])]
+
+
+# -- the verbs ------------------------------------------------------------------------------
+
+
+def submit(
+    program: str | LaunchRequest, project: str | os.PathLike[str] | None = None, **options: Any
+) -> Job | JobGroup:
+    """Launch ``program`` (Python source) as a detached, checkpoint-durable job; return its
+    :class:`Job` at once, or the :class:`JobGroup` of a ``seeds=`` launch.
+
+    ``options`` are those of ``%%remote_run`` / ``rgt run`` by their long names (``name``,
+    ``profile``, ``push``, ``inputs``, ``env``, ``smoke``, ``gpus``, ``host``, ``python``,
+    ``fresh``, ``grace_s``, ``secrets``, ``ckpt_dir``, ``seeds``, ...; see
+    :class:`~rgt_jupyter.jobs.request.LaunchRequest`). ``env`` may be a dict or ``K=V`` items,
+    ``seeds`` a list or ``"0-4"``. Every check runs before anything is created; a job of that
+    name that is still running is refused, one that ended ``preempted``, ``failed`` or ``lost``
+    is resumed into its checkpoint dir (``fresh=True`` starts over)."""
+    proj = project_dir(project)
+    req = make_request(program, **options)
+    rows = launch_seeds(req, proj)
+    notices = list(rows[0].pop("notices", []))
+    handle: Job | JobGroup
+    if req.seeds:
+        handle = JobGroup.from_rows(rows, proj)
+    else:
+        handle = Job.just_launched(rows[0], proj)
+    handle.notices = notices
+    return handle
+
+
+def find(ref: str | None = None, project: str | os.PathLike[str] | None = None) -> Job | JobGroup:
+    """The job or seed group ``ref`` names: a job's id or name (its newest attempt) first, else a
+    seed group's name or id; with no ``ref``, the project's newest job. Raises
+    :class:`~rgt_jupyter.errors.JobNotFound` when nothing has that name."""
+    proj = project_dir(project)
+    if ref is None:
+        return Job.latest(proj)
+    try:
+        return Job.from_registry(ref, proj)
+    except JobNotFound:
+        group = JobGroup.find(ref, proj)
+        if group is None:
+            raise JobNotFound(
+                f"no job or seed group {ref!r} in {proj}: `rgt jobs` lists this project's jobs"
+            ) from None
+        return group
+
+
+def jobs(project: str | os.PathLike[str] | None = None, **origin: str | None) -> list[Job]:
+    """The project's jobs, oldest first; with ``origin`` (``notebook``, ``cell_id``,
+    ``cell_digest``: where a job was launched from), only those launched from exactly there."""
+    unknown = sorted(set(origin) - {"notebook", "cell_id", "cell_digest"})
+    if unknown:
+        raise UsageError(f"jobs() selects by notebook, cell_id and cell_digest, not {unknown}")
+    proj = project_dir(project)
+    out = []
+    for row in Registry(proj).jobs():
+        spec = JobSpec.from_row(row)
+        found = {"notebook": spec.notebook, "cell_id": spec.cell_id}
+        found["cell_digest"] = spec.cell_digest
+        if all(found[k] == v for k, v in origin.items()):
+            out.append(Job(row, proj))
+    return out

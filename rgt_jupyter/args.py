@@ -145,6 +145,20 @@ RUN_ARGS: list[Spec] = [
         },
     ),
 ]
+#: Where a flag of RUN_ARGS lands among the launch options (``rgt_jupyter.submit``'s keyword
+#: names) when its own name differs.
+_OPTION_NAMES = {"secret": "secrets", "grace": "grace_s"}
+
+
+def run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The launch options a line parsed with :data:`RUN_ARGS` holds, by ``submit``'s names."""
+    out = {}
+    for flags, _ in RUN_ARGS:
+        attr = flags[0].lstrip("-").replace("-", "_")
+        out[_OPTION_NAMES.get(attr, attr)] = getattr(args, attr)
+    return out
+
+
 INPUTS_ARG: Spec = (
     ("--inputs",),
     {

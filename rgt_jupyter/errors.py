@@ -27,7 +27,27 @@ class LaunchError(RgtError):
 
 
 class TransportError(RgtError):
-    """The transport failed; says nothing about the job's own state."""
+    """The transport failed; says nothing about the job's own state.
+
+    ``kind`` classifies the failure where the transport can (``timeout``,
+    ``connection_refused``, ``auth_failed``, ...). ``maybe_ran``: for a command, whether it may
+    have run on the host although the reply was lost (True), certainly never reached it (False),
+    or the transport cannot say (None)."""
+
+    def __init__(self, message: str, kind: str = "", maybe_ran: bool | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.maybe_ran = maybe_ran
+
+
+class SSHError(TransportError):
+    """An SSH failure, classified by ``kind``. Says nothing about the job's own state.
+
+    ``maybe_ran``: the connection broke after a command was sent, so it may have run (or still
+    run) on the host; False when it certainly never reached the host."""
+
+    def __init__(self, kind: str, message: str, maybe_ran: bool = False) -> None:
+        super().__init__(f"[{kind}] {message}", kind, maybe_ran)
 
 
 class RemoteTraceback(RgtError):

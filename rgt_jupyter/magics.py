@@ -17,7 +17,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_
 from IPython.display import display
 from traitlets import Unicode
 
-from .api import Job, Run
+from .api import Job, JobGroup, Run, RunGroup, find, jobs, submit
 from .args import (
     INPUTS_ARG,
     JOB_ARG,
@@ -28,16 +28,16 @@ from .args import (
     MagicParser,
     Spec,
     magic_parser,
+    run_options,
 )
 from .args import parse_line as _parse_line
 from .errors import RemoteTraceback, RgtError
-from .group import JobGroup, RunGroup
-from .launch import request_from_args
-from .launch_group import launch_seeds
-from .project import project_dir
-from .registry import Registry
-from .render import snapshot_html, snapshot_text, transfer_text
-from .status import TERMINAL, Snapshot
+from .jobs.snapshot import TERMINAL, Snapshot
+from .run.teardown import compute_gate
+from .run.watch.watcher import watcher
+from .views.render import snapshot_html, snapshot_text, transfer_text
+from .views.restore import restore_bundles
+from .views.teardown_view import TeardownText, TeardownView
 
 _NEW_ARG: Spec = (
     ("--new",),
@@ -149,23 +149,12 @@ class RgtMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self.last_job: str | None = None
 
-    def _job(self, ref: str | None) -> Job:
-        if ref is None and self.last_job is not None:
-            ref = self.last_job
-        job = Job.latest() if ref is None else Job.from_registry(ref)
-        self.last_job = job.id
-        return job
-
-    def _group(self, ref: str | None) -> JobGroup | None:
-        """The seed group ``ref`` names (or the last one launched here), if it names one."""
-        ref = ref if ref is not None else self.last_job
-        if ref is None:
-            return None
-        try:
-            Job.from_registry(ref)
-            return None  # a job's own name or id wins
-        except RgtError:
-            return JobGroup.find(ref)
+    def _find(self, ref: str | None) -> Job | JobGroup:
+        """The job or seed group ``ref`` names; with none, the last one used here, else the
+        project's newest job."""
+        found = find(ref if ref is not None else self.last_job)
+        self.last_job = found.id if isinstance(found, Job) else found.name
+        return found
 
     @no_var_expand
     @cell_magic
@@ -195,54 +184,33 @@ class RgtMagics(Magics):
                 if var not in user_ns:
                     raise IPyUsageError(f"--inputs {var}: no variable {var!r} in the notebook")
                 inputs[var] = user_ns[var]
-            project = project_dir()
-            cell_text = cell
             where = {
                 "notebook": notebook_path(self.shell),
                 "cell_id": cell_id(self.shell),
-                "cell_digest": _digest(args, cell_text),
+                "cell_digest": _digest(args, cell),
             }
             if where["cell_id"] and not args.new and not args.seeds:
-                prior = self._rebind(project, where)
+                prior = self._rebind(where)
                 if prior is not None:
                     return prior
-            req = request_from_args(
-                args,
-                program=cell,
-                name=args.name,
-                profile=args.profile or self.default_profile,
-                label="[remote_run]",
-                line_offset=1,
-                inputs=inputs,
+            options = {**run_options(args), "profile": args.profile or self.default_profile}
+            launched = submit(
+                cell, label="[remote_run]", line_offset=1, inputs=inputs, **options, **where
             )
-            rows = launch_seeds(req, project)
-            for line in rows[0].pop("notices", []):
-                print(line)
-            registry = Registry(project)
-            for row in rows:
-                registry.update_spec(row["id"], **where)
-                row["spec"].update(where)
-            if req.seeds:
-                group = JobGroup.from_rows(rows, project)
-                self.last_job = group.name
-                return group
-            job = Job.just_launched(rows[0], project)
+            for notice in launched.notices:
+                print(notice)
         except RgtError as exc:
             raise _usage(exc) from None
-        self.last_job = job.id
-        return job
+        self.last_job = launched.id if isinstance(launched, Job) else launched.name
+        return launched
 
-    def _rebind(self, project: Any, where: dict[str, Any]) -> Job | None:
+    def _rebind(self, where: dict[str, str | None]) -> Job | None:
         """This cell's earlier job (same notebook, cell id and text), when it is still queued or
         running (shown instead of a second launch) or finished (its output shown again)."""
-        rows = [
-            r
-            for r in Registry(project).jobs()
-            if all(r["spec"].get(k) == v for k, v in where.items())
-        ]
-        if not rows:
+        mine = jobs(**where)
+        if not mine:
             return None
-        job = Job(rows[-1], project)
+        job = mine[-1]
         snap = job.snapshot(log_lines=0)
         if not snap.terminal:
             print(
@@ -263,8 +231,6 @@ class RgtMagics(Magics):
 
     @staticmethod
     def _restore(job: Job) -> None:
-        from .restore import restore_bundles
-
         for data, meta in restore_bundles(job):
             display(data, metadata=meta, raw=True)
 
@@ -274,10 +240,9 @@ class RgtMagics(Magics):
         notebook = notebook_path(self.shell)
         if notebook is None:
             return []
-        project = project_dir()
-        rows = [r for r in Registry(project).jobs() if r["spec"].get("notebook") == notebook]
-        live = [r for r in rows if r["state"] not in TERMINAL]
-        return [Job(r, project) for r in (live or rows[-1:])]
+        mine = jobs(notebook=notebook)
+        live = [j for j in mine if j.recorded_state not in TERMINAL]
+        return live or mine[-1:]
 
     @line_magic
     def watch(self, line: str) -> Job | JobGroup | None:
@@ -286,11 +251,6 @@ class RgtMagics(Magics):
         if args is None:
             return None
         try:
-            group = self._group(args.job)
-            if group is not None:
-                if args.wait:
-                    group.wait(args.timeout)
-                return group
             if args.job is None and self.last_job is None:
                 mine = self._notebook_jobs()
                 if len(mine) > 1 and not args.wait:
@@ -300,7 +260,12 @@ class RgtMagics(Magics):
                     return None
                 if mine:
                     self.last_job = mine[-1].id
-            job = self._job(args.job)
+            found = self._find(args.job)
+            if isinstance(found, JobGroup):
+                if args.wait:
+                    found.wait(args.timeout)
+                return found
+            job = found
             if args.restore:
                 self._restore(job)
             if not args.wait:
@@ -314,13 +279,10 @@ class RgtMagics(Magics):
         and the log streamed into the cell from where this notebook last showed it (the offset
         is stored in the registry after each printed batch, so a new kernel resumes there with
         nothing lost or repeated)."""
-        from .watch import watcher
-
-        registry = Registry(job.project)
         consumer = notebook_path(self.shell) or "kernel"
-        start = registry.log_offset(job.id, consumer)
+        start = job.log_offset(consumer)
         if start is None:
-            st = job.transport.stat(f"{job.spec['control_dir']}/log")
+            st = job.transport.stat(f"{job.spec.control_dir}/log")
             start = 0 if st is None or st.size <= 1 << 20 else st.size - 65536
         events: queue.Queue[tuple[str, Any]] = queue.Queue()
         watch = watcher()
@@ -355,7 +317,7 @@ class RgtMagics(Magics):
                     if lines:
                         print("\n".join(lines))
                         sys.stdout.flush()
-                    registry.set_log_offset(job.id, consumer, offset)
+                    job.set_log_offset(consumer, offset)
                     continue
                 snap = value
                 if handle is not None:
@@ -388,11 +350,10 @@ class RgtMagics(Magics):
         if args is None:
             return None
         try:
-            group = self._group(args.job)
-            if group is not None:
-                return group.pull(to=args.to)
-            job = self._job(args.job)
-            return job.pull(to=args.to, on_progress=_ProgressLine())
+            found = self._find(args.job)
+            if isinstance(found, JobGroup):
+                return found.pull(to=args.to)
+            return found.pull(to=args.to, on_progress=_ProgressLine())
         except RgtError as exc:
             raise _usage(exc) from None
 
@@ -403,7 +364,7 @@ class RgtMagics(Magics):
         args = parse_line(_VERIFY, line)
         if args is None:
             return None
-        from .verify.report import verify_args
+        from .verify.report import verify_args  # deferred: scipy and the checks, only for %verify
 
         try:
             return verify_args(args)
@@ -417,7 +378,7 @@ class RgtMagics(Magics):
         args = parse_line(_DELIVER, line)
         if args is None:
             return None
-        from .deliver.report import deliver
+        from .deliver.report import deliver  # deferred: nbformat and the audit, only for %deliver
 
         notebook = args.notebook or notebook_path(self.shell)
         if notebook is None:
@@ -438,15 +399,12 @@ class RgtMagics(Magics):
         if args is None:
             return None
         try:
-            job = self._job(args.job)
+            found = self._find(args.job)
+            # A seed group runs on one machine: the gate of its first member's is the group's.
+            job = found.jobs[0] if isinstance(found, JobGroup) else found
             try:
-                from .teardown_view import TeardownView
-
                 return TeardownView(job._row, job.project)
             except ImportError:
-                from .teardown import compute_gate
-                from .teardown_view import TeardownText
-
                 return TeardownText(compute_gate(job._row, job.project), job.name)
         except RgtError as exc:
             raise _usage(exc) from None
@@ -474,7 +432,7 @@ class _ProgressLine:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext rgt_jupyter``: register the magics and the live display of jobs."""
-    from .widgets import job_bundle
+    from .widgets import job_bundle  # deferred: ipywidgets, only where the magics are loaded
 
     ipython.register_magics(RgtMagics)
     ipython.display_formatter.mimebundle_formatter.for_type(Job, job_bundle)

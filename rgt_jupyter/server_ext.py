@@ -4,7 +4,7 @@ Loaded in every Jupyter server where the package is installed. It decides one pr
 (``$RGT_PROJECT``, else the project of the server's root dir) and keeps watching that project's
 unfinished jobs while no kernel is alive: a scan thread reads the registry every
 :data:`SCAN_INTERVAL_S` seconds (one SQLite read) and hands each unfinished job it does not
-follow yet to a :class:`~rgt_jupyter.watch.Watcher` of kind ``server``. That watcher observes
+follow yet to a :class:`~rgt_jupyter.run.watch.watcher.Watcher` of kind ``server``. That watcher observes
 the jobs (batched per machine, back-off 1 s to 30 s), writes each new state into the registry and
 stamps its ticks there, so a kernel started later, the CLI and this API all see the jobs' states.
 
@@ -49,11 +49,12 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
+from .api import Job
 from .errors import JobNotFound
-from .project import project_dir
-from .registry import Registry
-from .status import TERMINAL, Snapshot
-from .watch import Watcher, watcher_note
+from .jobs.snapshot import TERMINAL, Snapshot
+from .run.watch.watcher import Watcher, watcher_note
+from .store.project import project_dir
+from .store.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ log = logging.getLogger(__name__)
 SCAN_INTERVAL_S = 2.0
 #: The authorization resource of the REST API.
 AUTH_RESOURCE = "rgt"
-#: The fields of an observation (:class:`~rgt_jupyter.status.Snapshot`) a job object carries.
+#: The fields of an observation (:class:`~rgt_jupyter.jobs.snapshot.Snapshot`) a job object carries.
 SNAPSHOT_FIELDS = (
     "observed_at",
     "started_at",
@@ -193,8 +194,6 @@ class ServerWatch:
         ]
         if not new:
             return []
-        from .api import Job
-
         added = []
         for row in new:
             try:

@@ -17,9 +17,11 @@ import html
 from typing import Any
 
 from .api import Job
-from .render import curve_svg, snapshot_html, snapshot_text, state_html
-from .status import Snapshot
-from .watch import Watcher, watcher
+from .errors import RgtError
+from .jobs.snapshot import Snapshot, new_snapshot
+from .run.watch.watcher import Watcher, watcher
+from .views.render import curve_svg, snapshot_html, snapshot_text, state_html
+from .views.teardown_view import TeardownView
 
 
 def _bounded(value: Any) -> float | None:
@@ -39,9 +41,8 @@ def _first_snapshot(job: Job, watch: Watcher) -> Snapshot:
         return cached
     if job._last is not None:
         return job._last
-    from .status import new_snapshot
 
-    snap = new_snapshot(job.spec, job.spec.get("host", ""))
+    snap = new_snapshot(job.spec, job.spec.host)
     snap.state = str(job._row.get("state") or "queued")
     snap.observed_at = float(job._row.get("updated_at") or snap.observed_at)
     snap.watcher = "waiting for the watcher's first look"
@@ -52,7 +53,7 @@ class StatusView:
     """A job's live status widget (created only where ipywidgets imports)."""
 
     def __init__(self, job: Job, watch: Watcher | None = None) -> None:
-        import ipywidgets as w
+        import ipywidgets as w  # deferred: ipywidgets, only where a widget renders
 
         self.job = job
         self.watch = watch or watcher()
@@ -116,10 +117,7 @@ class StatusView:
 
     def open_teardown(self) -> None:
         """Show the teardown gate of the job's machine below the status (once)."""
-        import ipywidgets as w
-
-        from .errors import RgtError
-        from .teardown_view import TeardownView
+        import ipywidgets as w  # deferred: ipywidgets, only where a widget renders
 
         if self.teardown is not None:
             return

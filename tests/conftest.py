@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
 
 from .slurm_cluster import slurm  # noqa: F401 - a session fixture: the real one-node Slurm cluster
@@ -91,7 +92,7 @@ def wait_for(predicate: Any, timeout: float = 60.0, what: str = "condition") -> 
 
 def control_json(job: Job, name: str) -> dict[str, Any] | None:
     """A JSON file of the job's control dir, or None."""
-    path = Path(job.spec["control_dir"]) / name
+    path = Path(job.spec.control_dir) / name
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -143,9 +144,9 @@ def rgt(
 
 def running_job(project: Path, program: str, name: str, grace: float = 30.0) -> Job:
     """Launch ``program`` on the local profile and wait for its first progress record."""
-    from rgt_jupyter.launch import LaunchRequest, launch
+    from rgt_jupyter.jobs.request import LaunchRequest
 
-    job = Job(launch(LaunchRequest(program=program, name=name, grace_s=grace), project), project)
+    job = submit(LaunchRequest(program=program, name=name, grace_s=grace), project)
     wait_for(lambda: job.snapshot().progress, 30, "the job's first progress record")
     return job
 

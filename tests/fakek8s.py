@@ -1,4 +1,4 @@
-"""A local HTTP server that speaks the part of the Kubernetes REST API that ``rgt_jupyter.k8s_client``
+"""A local HTTP server that speaks the part of the Kubernetes REST API that ``rgt_jupyter.backends.k8s.client``
 uses, as documented (https://kubernetes.io/docs/reference/kubernetes-api/):
 
 - ``/apis/batch/v1/namespaces/{ns}/jobs``: POST creates (201), GET lists (``labelSelector``);

@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
-from rgt_jupyter.launch import LaunchRequest, launch
+from rgt_jupyter.jobs.request import LaunchRequest
 
 TRAIN = """\
 import os, torch
@@ -24,7 +25,7 @@ job.save_results({"val": {"acc": 0.75}})
 
 def finished(project: Path, program: str = TRAIN, name: str = "p") -> Job:
     """Launch ``program`` on the local profile and wait for it to finish."""
-    job = Job(launch(LaunchRequest(program=program, name=name), project), project)
+    job = submit(LaunchRequest(program=program, name=name), project)
     assert job.wait(120) == "finished", job.log()
     return job
 

@@ -13,13 +13,16 @@ from pathlib import Path
 import pytest
 
 import rgt_jupyter
+import rgt_jupyter.remote
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
-from rgt_jupyter.launch import LaunchRequest, launch
+from rgt_jupyter.jobs.request import LaunchRequest
 
 from .conftest import control_json, running_job
 
-PKG = Path(rgt_jupyter.__file__).parent
-SHIPPED = ["agent.py", "job.py", "bundle_main.py"]
+REMOTE = Path(rgt_jupyter.remote.__file__).parent
+#: Every file of the folder that travels to the job's machine.
+TRAVELLING = sorted(p.name for p in REMOTE.glob("*.py"))
 
 
 def python38() -> str:
@@ -32,9 +35,17 @@ def python38() -> str:
     raise AssertionError("no Python 3.8 found: the agent's 3.8 compatibility cannot be checked")
 
 
-@pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_files_are_stdlib_only_and_parse_as_python38(name: str) -> None:
-    source = (PKG / name).read_text()
+def test_every_file_of_the_travelling_folder_is_declared() -> None:
+    """A file added to ``remote/`` travels only once ``SHIPPED`` names it (and is then held to the
+    rules below); ``__init__`` is the folder's own face, read here only."""
+    assert sorted([*rgt_jupyter.remote.SHIPPED, "__init__.py"]) == TRAVELLING
+
+
+@pytest.mark.parametrize("name", TRAVELLING)
+def test_travelling_files_are_stdlib_only_and_parse_as_python38(name: str) -> None:
+    """Standard library only, Python 3.8 syntax, and no import of rgt_jupyter: not even a
+    relative one (each file runs alone on the job's machine)."""
+    source = (REMOTE / name).read_text()
     tree = ast.parse(source, feature_version=(3, 8))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -45,6 +56,19 @@ def test_shipped_files_are_stdlib_only_and_parse_as_python38(name: str) -> None:
             continue
         for mod in mods:
             assert mod in sys.stdlib_module_names or mod == "__future__", f"{name} imports {mod}"
+
+
+def test_the_public_job_module_is_the_travelling_one() -> None:
+    """``import rgt_jupyter.job`` gives the very module that travels (one module object), and
+    the job receives that file's bytes as ``rgt_jupyter/job.py``."""
+    import rgt_jupyter.job
+    import rgt_jupyter.remote.job
+    from rgt_jupyter.jobs.bundle import job_files
+    from rgt_jupyter.jobs.request import LaunchRequest
+
+    assert rgt_jupyter.job is rgt_jupyter.remote.job
+    shipped = job_files(LaunchRequest(program="pass\n"), {})["lib/rgt_jupyter/job.py"]
+    assert shipped == (REMOTE / "job.py").read_bytes()
 
 
 def test_job_runs_on_python38_with_nothing_installed(project: Path) -> None:
@@ -58,11 +82,11 @@ def test_job_runs_on_python38_with_nothing_installed(project: Path) -> None:
         "    job.save_checkpoint({'w': [step] * 3}, step=step, keep=2)\n"
         "job.save_results({'python': sys.version.split()[0], 'resumed_from': start})\n"
     )
-    job = Job(launch(LaunchRequest(program=program, name="py38", python=py38), project), project)
+    job = submit(LaunchRequest(program=program, name="py38", python=py38), project)
     assert job.wait(60) == "finished", job.log()
     results = job.result()
     assert results["python"].startswith("3.8") and results["resumed_from"] == 0
-    ckpts = sorted(os.listdir(job.spec["ckpt_dir"]))
+    ckpts = sorted(os.listdir(job.spec.ckpt_dir))
     assert ckpts == [
         "ckpt-0000000002.json",
         "ckpt-0000000002.json.sha256",
@@ -94,11 +118,11 @@ def test_job_survives_its_launcher_session(project: Path) -> None:
     script = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from rgt_jupyter.launch import LaunchRequest, launch\n"
-        "row = launch(LaunchRequest(program='import time\\ntime.sleep(3)\\n"
-        "import rgt_jupyter.job as j\\nj.save_results({\"ok\": 1})\\n', name='orphan'),"
-        " Path(sys.argv[1]))\n"
-        "print(row['id'], flush=True)\n"
+        "from rgt_jupyter import submit\n"
+        "job = submit('import time\\ntime.sleep(3)\\n"
+        'import rgt_jupyter.job as j\\nj.save_results({"ok": 1})\\n\', Path(sys.argv[1]),'
+        " name='orphan')\n"
+        "print(job.id, flush=True)\n"
         "os.killpg(0, 9)\n"
     )
     proc = subprocess.run(

@@ -100,3 +100,18 @@ def test_check_numbers_bench_times_a_generated_notebook(tmp_path: Path) -> None:
     assert report["goal_seconds"] == 2.0
     assert report["meets_goal"] == (report["seconds"] <= 2.0)
     assert report["machine"]["python"]
+
+
+def test_launch_local_bench_times_the_magic(tmp_path: Path) -> None:
+    out = tmp_path / "launch_local.json"
+    _bench("launch_local.py", "--n", "2", "--out", str(out))
+    report = json.loads(out.read_text())
+    assert report["n"] == 2 and len(report["samples"]["control_returned_s"]) == 2
+    assert all(s > 0 for s in report["samples"]["first_heartbeat_s"])
+
+
+def test_launch_ssh_bench_times_the_magic_over_ssh(tmp_path: Path) -> None:
+    out = tmp_path / "launch_ssh.json"
+    _bench("launch_ssh.py", "--n", "2", "--out", str(out))
+    report = json.loads(out.read_text())
+    assert report["benchmark"] == "launch_ssh" and report["n"] == 2

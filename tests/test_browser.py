@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rgt_jupyter.registry import Registry
+from rgt_jupyter.store.registry import Registry
 
 from .browser import (  # noqa: F401 - the *_fixture names are the browser, lab and page fixtures
     LabServer,

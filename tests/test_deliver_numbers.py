@@ -17,7 +17,7 @@ from rgt_jupyter.deliver import evidence
 from rgt_jupyter.deliver.numbers import GeneratedNumber, md, num, resolve, results
 from rgt_jupyter.deliver.placeholders import RgtPlaceholders, find, render
 from rgt_jupyter.errors import UsageError
-from rgt_jupyter.registry import Registry
+from rgt_jupyter.store.registry import Registry
 
 from .verify_fixtures import make_run
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from rgt_jupyter.diagnose import PATTERNS, REMEDIES, Diagnosis, classify
+from rgt_jupyter import submit
+from rgt_jupyter.jobs.diagnose import PATTERNS, REMEDIES, Diagnosis, classify
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 PROGRESS_PREFIX = "[rgt] progress "
@@ -141,14 +142,13 @@ def test_diagnosis_shape(fixture: str, kind: str, records: dict[str, Any]) -> No
 
 def test_a_failed_job_shows_its_class_and_fixed_remedy(project: Path) -> None:
     """End to end: a real job's error record and log reach the status view's diagnosis."""
-    from rgt_jupyter.api import Job
-    from rgt_jupyter.launch import LaunchRequest, launch
+    from rgt_jupyter.jobs.request import LaunchRequest
 
     program = (
         "print('step 1', flush=True)\n"
         "raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0)')\n"
     )
-    job = Job(launch(LaunchRequest(program=program, name="oom"), project), project)
+    job = submit(LaunchRequest(program=program, name="oom"), project)
     assert job.wait(60) == "failed"
     diagnosis = job.snapshot().diagnosis or ""
     assert "CUDA out of memory" in diagnosis and "Fix:" in diagnosis, diagnosis

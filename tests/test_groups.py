@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from rgt_jupyter.api import JobGroup, config_differences
 from rgt_jupyter.errors import UsageError
-from rgt_jupyter.group import JobGroup, config_differences
-from rgt_jupyter.launch import LaunchRequest
-from rgt_jupyter.launch_group import group_differences, launch_seeds
-from rgt_jupyter.names import parse_seeds
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.jobs.spec import JobSpec
+from rgt_jupyter.run.seeds import group_differences, launch_seeds
+from rgt_jupyter.store.names import parse_seeds
 
 from .conftest import rgt, run_cell
 
@@ -34,10 +35,13 @@ def test_seed_ranges() -> None:
 def test_group_members_may_differ_only_in_the_seed() -> None:
     base = {"code_hash": "h", "deployed": {"code/a.py": "1"}, "env": {"LR": "0.1"}, "python": "p"}
     members = [
-        {**base, "env": {"LR": "0.1", "RGT_SEED": str(s)}, "job_id": f"j{s}"} for s in range(3)
+        JobSpec.from_dict(
+            {**base, "env": {"LR": "0.1", "RGT_SEED": str(s)}, "job_id": f"j{s}", "name": "n"}
+        )
+        for s in range(3)
     ]
     assert group_differences(members) == []
-    members[2] = {**members[2], "env": {"LR": "0.2", "RGT_SEED": "2"}, "code_hash": "other"}
+    members[2] = members[2].replace(env={"LR": "0.2", "RGT_SEED": "2"}, code_hash="other")
     assert group_differences(members) == ["code_hash", "env"]
 
 
@@ -53,9 +57,9 @@ def test_seeds_are_separate_jobs_grouped_in_the_magics_and_the_cli(ip: Any, proj
     group = result.result
     assert isinstance(group, JobGroup) and group.seeds == [4, 5]
     assert [j.name for j in group.jobs] == ["loc-s4", "loc-s5"]
-    assert [j.spec["env"]["RGT_SEED"] for j in group.jobs] == ["4", "5"]
-    assert len({j.spec["group"]["id"] for j in group.jobs}) == 1
-    assert sum(j.spec["smoke"] for j in group.jobs) <= 1  # the smoke runs once, if at all
+    assert [j.spec.env["RGT_SEED"] for j in group.jobs] == ["4", "5"]
+    assert len({j.spec.group["id"] for j in group.jobs}) == 1
+    assert sum(j.spec.smoke for j in group.jobs) <= 1  # the smoke runs once, if at all
     watched = rgt("watch", "loc", "--wait", "--timeout", "120", cwd=project, check=False)
     assert watched.returncode == 0, watched.stdout + watched.stderr
     assert "seed 4:" in watched.stdout and "[finished]" in watched.stdout

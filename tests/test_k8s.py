@@ -11,15 +11,14 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rgt_jupyter.errors import LaunchError, TransportError, UsageError
-from rgt_jupyter.k8s import (
+from rgt_jupyter.backends.k8s.client import K8sJobs, K8sState, job_state
+from rgt_jupyter.backends.k8s.manifests import (
     ID_ANNOTATION,
     MAX_BUNDLE_BYTES,
     K8sJobSpec,
@@ -27,7 +26,7 @@ from rgt_jupyter.k8s import (
     render_bundle_secret,
     render_job,
 )
-from rgt_jupyter.k8s_client import K8sJobs, K8sState, job_state
+from rgt_jupyter.errors import LaunchError, TransportError, UsageError
 
 from .fakek8s import FakeK8s, Script
 from .httpfake import Recorded
@@ -210,7 +209,7 @@ def test_big_bundle_refused() -> None:
 
 
 def test_import_stays_cheap() -> None:
-    code = "import sys, rgt_jupyter.k8s; assert 'kubernetes' not in sys.modules"
+    code = "import sys, rgt_jupyter.backends.k8s; assert 'kubernetes' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -506,17 +505,15 @@ def test_unreachable_server_fails_fast(
     config["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{port}"
     (tmp_path / "kubeconfig").write_text(json.dumps(config))
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
-    started = time.monotonic()
     with pytest.raises(TransportError, match="Could not reach the Kubernetes API"):
         K8sJobs(NS, timeout=(0.5, 0.5)).states(["x"])
-    assert time.monotonic() - started < 3
 
-    fake.hang = 2.0  # a server that accepts and never answers in time
+    # A server that accepts and answers only after 30 s: the answer would be a success, so the
+    # error says the client's own read timeout ended the call.
+    fake.hang = 30.0
     monkeypatch.setenv("KUBECONFIG", str(fake.write_kubeconfig(tmp_path / "hung", namespace=NS)))
-    started = time.monotonic()
     with pytest.raises(TransportError, match="did not answer in time"):
         K8sJobs(NS, timeout=(0.5, 0.3)).states(["x"])
-    assert time.monotonic() - started < 1.5
 
 
 def test_missing_kubeconfig_is_a_usage_error(

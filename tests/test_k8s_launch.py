@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
+from rgt_jupyter.backends.k8s.manifests import K8sJobSpec, render_job
 from rgt_jupyter.errors import UsageError
-from rgt_jupyter.k8s import K8sJobSpec, render_job
-from rgt_jupyter.launch import LaunchRequest, launch
+from rgt_jupyter.jobs.request import LaunchRequest
 
 from .conftest import run_cell
 from .fakek8s import FakeK8s
@@ -51,17 +52,17 @@ def test_cell_is_submitted_watched_and_its_body_is_the_rendered_manifest(
     assert result.error_in_exec is None, text
     job: Job = result.result
     spec = job.spec
-    assert spec["launcher"] == "k8s-job" and spec["namespace"] == "default"
-    assert spec["control_dir"].startswith("/checkpoints/rgt/proj/jobs/")
+    assert spec.launcher == "k8s-job" and spec.namespace == "default"
+    assert spec.control_dir.startswith("/checkpoints/rgt/proj/jobs/")
     [post] = kube.calls("POST", "/apis/batch/v1/namespaces/default/jobs")
     expected = render_job(
         K8sJobSpec(
-            job_id=spec["job_id"],
+            job_id=spec.job_id,
             name="kjob",
             image=IMAGE,
             namespace="default",
             python="python3",
-            control_dir=spec["control_dir"],
+            control_dir=spec.control_dir,
             pvc="ckpt",
             gpus=0,
             grace_s=30,
@@ -69,12 +70,12 @@ def test_cell_is_submitted_watched_and_its_body_is_the_rendered_manifest(
     )
     assert post.body == expected
     command = post.body["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command == ["python3", "-u", "/rgt/bundle/bundle.zip", "run", spec["control_dir"]]
+    assert command == ["python3", "-u", "/rgt/bundle/bundle.zip", "run", spec.control_dir]
     assert "wandb-secret-77aa" not in json.dumps(post.body)
     [secret_post] = kube.calls("POST", "/api/v1/namespaces/default/secrets")
     bundle = base64.b64decode(secret_post.body["data"]["bundle.zip"])
     with zipfile.ZipFile(io.BytesIO(bundle)) as zf:
-        assert json.loads(zf.read("launch.json"))["job_id"] == spec["job_id"]
+        assert json.loads(zf.read("launch.json"))["job_id"] == spec.job_id
         assert json.loads(zf.read("secrets.json")) == {"WANDB_API_KEY": "wandb-secret-77aa"}
         assert (zf.getinfo("secrets.json").external_attr >> 16) & 0o777 == 0o600
     seen: list[str] = []
@@ -91,14 +92,14 @@ def test_cell_is_submitted_watched_and_its_body_is_the_rendered_manifest(
 
 
 def test_stop_deletes_the_job_and_its_pods(project: Path, kube: FakeK8s) -> None:
-    job = Job(launch(LaunchRequest(program=PROGRAM, name="gone", profile="kube"), project), project)
+    job = submit(LaunchRequest(program=PROGRAM, name="gone", profile="kube"), project)
     assert job.snapshot().state == "queued"
     job.stop()
-    [delete] = kube.calls("DELETE", f"/apis/batch/v1/namespaces/default/jobs/{job.spec['k8s_job']}")
+    [delete] = kube.calls("DELETE", f"/apis/batch/v1/namespaces/default/jobs/{job.spec.k8s_job}")
     assert delete.query.get("propagationPolicy") == ["Background"] or (
         (delete.body or {}).get("propagationPolicy") == "Background"
     )
-    assert kube.pods_of("default", job.spec["k8s_job"]) == []
+    assert kube.pods_of("default", job.spec.k8s_job) == []
     assert not kube.secrets
     again = Job.from_registry("gone", project)
     assert again.snapshot().state == "preempted"
@@ -106,11 +107,11 @@ def test_stop_deletes_the_job_and_its_pods(project: Path, kube: FakeK8s) -> None
 
 def test_a_kubernetes_profile_without_image_or_claim_is_refused(project: Path) -> None:
     with pytest.raises(UsageError, match="image and pvc"):
-        launch(LaunchRequest(program=PROGRAM, name="x", profile="k8s"), project)
+        submit(LaunchRequest(program=PROGRAM, name="x", profile="k8s"), project)
 
 
 def test_push_is_refused_on_kubernetes(project: Path, kube: FakeK8s) -> None:
     (project / "data.txt").write_text("x")
     with pytest.raises(UsageError, match="baked into its image"):
-        launch(LaunchRequest(program=PROGRAM, name="p", profile="kube", push=["data.txt"]), project)
+        submit(LaunchRequest(program=PROGRAM, name="p", profile="kube", push=["data.txt"]), project)
     assert kube.calls("POST") == []

@@ -21,13 +21,15 @@ from typing import Any
 import pytest
 
 import rgt_jupyter
+from rgt_jupyter import remote, submit
 from rgt_jupyter.api import Job
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.launcher import DetachedLauncher
-from rgt_jupyter.probe import process_kind
-from rgt_jupyter.profiles import ProfileError, load_profile, parse_profile
-from rgt_jupyter.status import _process as status_process
-from rgt_jupyter.status import agent_pid, observe
+from rgt_jupyter.backends import observe
+from rgt_jupyter.backends.detached import DetachedBackend
+from rgt_jupyter.jobs.observe import agent_pid
+from rgt_jupyter.jobs.observe import process_of as status_process
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.machines.profiles import ProfileError, load_profile, parse_profile
+from rgt_jupyter.remote.probe import process_kind
 from rgt_jupyter.transport.local import LocalTransport
 
 from .conftest import control_json, rgt
@@ -38,7 +40,7 @@ PKG = Path(rgt_jupyter.__file__).parent
 
 def test_launch_line_golden() -> None:
     """The exact line an SSH transport would send: every part quoted."""
-    line = DetachedLauncher().launch_line("/usr/bin/python3", "/srv/rgt jobs/it's $(x)")
+    line = DetachedBackend().launch_line("/usr/bin/python3", "/srv/rgt jobs/it's $(x)")
     assert line + "\n" == (GOLDEN / "launch_line.txt").read_text()
 
 
@@ -46,22 +48,18 @@ def test_pushed_inputs_are_versioned_per_job(project: Path) -> None:
     data = project / "data.txt"
     data.write_text("v1")
     program = "import time\ntime.sleep(2)\nprint(open('data.txt').read())\n"
-    first = Job(
-        launch(LaunchRequest(program=program, name="v", push=[str(data)]), project), project
-    )
+    first = submit(LaunchRequest(program=program, name="v", push=[str(data)]), project)
     data.write_text("v2")
-    second = Job(
-        launch(LaunchRequest(program=program, name="w", push=[str(data)]), project), project
-    )
-    assert first.spec["code_dir"] != second.spec["code_dir"]
+    second = submit(LaunchRequest(program=program, name="w", push=[str(data)]), project)
+    assert first.spec.code_dir != second.spec.code_dir
     assert first.wait(60) == "finished" and second.wait(60) == "finished"
     assert first.log().strip() == "v1" and second.log().strip() == "v2"
-    assert (Path(first.spec["code_dir"]) / "data.txt").read_text() == "v1"
-    assert first.spec["code_hash"] != second.spec["code_hash"]
+    assert (Path(first.spec.code_dir) / "data.txt").read_text() == "v1"
+    assert first.spec.code_hash != second.spec.code_hash
 
 
 def test_registry_is_wal_and_shared(project: Path) -> None:
-    job = Job(launch(LaunchRequest(program="print('x')\n", name="reg"), project), project)
+    job = submit(LaunchRequest(program="print('x')\n", name="reg"), project)
     db = sqlite3.connect(project / ".rgt" / "registry.sqlite3")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     db.close()
@@ -99,14 +97,14 @@ def test_resume_from_cli_and_api(project: Path) -> None:
     second = Job.from_registry("flaky", project)
     assert second.id != first.id and second.id in out
     assert second.wait(60) == "finished"
-    assert second.spec["resume"] and second.spec["attempt"] == 2
-    assert second.spec["ckpt_dir"] == first.spec["ckpt_dir"]
+    assert second.spec.resume and second.spec.attempt == 2
+    assert second.spec.ckpt_dir == first.spec.ckpt_dir
     assert second.result() == {"started_from": 3}
     assert "resume 1 from 3" in second.log()
     # --fresh starts over in a new checkpoint dir.
     third = second.resume(fresh=True)
     assert third.wait(60) == "finished"
-    assert third.spec["ckpt_dir"] != second.spec["ckpt_dir"] and not third.spec["resume"]
+    assert third.spec.ckpt_dir != second.spec.ckpt_dir and not third.spec.resume
     assert third.result() == {"started_from": 0}
     # A finished job has nothing to resume: said so, nothing launched.
     refused = rgt("resume", "flaky", cwd=project, check=False)
@@ -212,7 +210,7 @@ def _not_deployed(job: Job, sentinel: Path) -> str:
     snap = job.snapshot()
     assert snap.diagnosis is not None and snap.diagnosis.startswith("NOT DEPLOYED"), snap
     assert not sentinel.exists()
-    control = Path(job.spec["control_dir"])
+    control = Path(job.spec.control_dir)
     assert not (control / "bundle.zip").exists() and not (control / "log").exists()
     assert "NOT DEPLOYED" in "\n".join(job.traceback() or [])
     return snap.diagnosis
@@ -226,7 +224,7 @@ def test_deployed_must_equal_intended(project: Path, monkeypatch: pytest.MonkeyP
     """A push that keeps arriving damaged blocks the launch; a bundle damaged on the way ends the
     job failed (NOT DEPLOYED) before a line of it runs; a clean launch then goes through."""
     from rgt_jupyter.errors import LaunchError
-    from rgt_jupyter.registry import Registry
+    from rgt_jupyter.store.registry import Registry
     from rgt_jupyter.transport.local import LocalTransport
 
     data = project / "weights.bin"
@@ -243,7 +241,7 @@ def test_deployed_must_equal_intended(project: Path, monkeypatch: pytest.MonkeyP
     request = LaunchRequest(program=_sentinel_program(sentinel), name="torn", push=[str(data)])
     monkeypatch.setattr(LocalTransport, "put", torn_put)
     with pytest.raises(LaunchError, match="damaged"):
-        launch(request, project)
+        submit(request, project)
     assert Registry(project).jobs() == []
     monkeypatch.setattr(LocalTransport, "put", real_put)
 
@@ -253,15 +251,15 @@ def test_deployed_must_equal_intended(project: Path, monkeypatch: pytest.MonkeyP
 
     real_exec = LocalTransport.exec
     _tamper_launches(monkeypatch, flip)
-    damaged = Job(launch(request, project), project)
+    damaged = submit(request, project)
     diagnosis = _not_deployed(damaged, sentinel)
     assert diagnosis.startswith("NOT DEPLOYED: the launch bundle arrived damaged"), diagnosis
-    assert not (Path(damaged.spec["code_dir"]) / "rgt_cell.py").exists()
+    assert not (Path(damaged.spec.code_dir) / "rgt_cell.py").exists()
     monkeypatch.setattr(LocalTransport, "exec", real_exec)
-    job = Job(launch(request, project), project)
+    job = submit(request, project)
     assert job.wait(60) == "finished" and sentinel.read_text() == "ran"
-    assert job.spec["deployed"]["code/weights.bin"] == hashlib.sha256(data.read_bytes()).hexdigest()
-    assert set(job.spec["deployed"]) >= {
+    assert job.spec.deployed["code/weights.bin"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert set(job.spec.deployed) >= {
         "code/rgt_cell.py",
         "code/weights.bin",
         "lib/rgt_jupyter/job.py",
@@ -290,13 +288,13 @@ def test_the_agent_checks_deployed_against_intended_before_the_job(
         return real_exec(self, argv, **kwargs)
 
     monkeypatch.setattr(LocalTransport, "exec", exec_)
-    job = Job(launch(request, project), project)
+    job = submit(request, project)
     diagnosis = _not_deployed(job, sentinel)
     assert diagnosis == (
         "NOT DEPLOYED: 2 file(s) differ from what was sent (code/data.txt, code/rgt_cell.py); "
         "nothing was run. Launch again to re-send them."
     )
-    control = Path(job.spec["control_dir"])
+    control = Path(job.spec.control_dir)
     exit_rec = json.loads((control / "exit.json").read_text())
     assert exit_rec["state"] == "failed" and exit_rec["exit_code"] is None
 
@@ -309,12 +307,12 @@ def test_resume_with_altered_stored_code_is_not_deployed(project: Path) -> None:
         "if not job.is_resume():\n"
         "    raise RuntimeError('first attempt')\n" + _sentinel_program(sentinel)
     )
-    first = Job(launch(LaunchRequest(program=program, name="alt"), project), project)
+    first = submit(LaunchRequest(program=program, name="alt"), project)
     assert first.wait(60) == "failed"
-    stored = Path(first.spec["program"])
+    stored = Path(first.spec.program)
     stored.write_text(stored.read_text() + "# edited by hand\n")
     again = first.resume()
-    assert again.spec["code_dir"] == first.spec["code_dir"]
+    assert again.spec.code_dir == first.spec.code_dir
     assert "(code/rgt_cell.py)" in _not_deployed(again, sentinel)
 
 
@@ -337,14 +335,12 @@ def test_a_launch_is_one_command(project: Path, monkeypatch: pytest.MonkeyPatch)
     the pid it reports is the agent's, which has its own session."""
     from rgt_jupyter.transport.local import LocalTransport
 
-    warm = Job(launch(LaunchRequest(program="print(0)\n", name="warm"), project), project)
+    warm = submit(LaunchRequest(program="print(0)\n", name="warm"), project)
     calls = _count_calls(monkeypatch, LocalTransport)
     program = "import time\ntime.sleep(1)\nprint(x)\n"
-    job = Job(
-        launch(LaunchRequest(program=program, name="one", inputs={"x": [1]}), project), project
-    )
+    job = submit(LaunchRequest(program=program, name="one", inputs={"x": [1]}), project)
     assert calls == {"exec": 1}
-    pid = job.spec["agent_pid"]
+    pid = job.spec.agent_pid
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     assert int(fields[3]) == pid  # setsid ran in place: the pid is the agent, a session leader
     assert job.wait(60) == "finished" and job.log().strip() == "[1]"
@@ -353,12 +349,8 @@ def test_a_launch_is_one_command(project: Path, monkeypatch: pytest.MonkeyPatch)
     calls.clear()
     data = project / "d.txt"
     data.write_text("d")
-    pushed = Job(
-        launch(
-            LaunchRequest(program="print(open('d.txt').read())\n", name="p", push=[str(data)]),
-            project,
-        ),
-        project,
+    pushed = submit(
+        LaunchRequest(program="print(open('d.txt').read())\n", name="p", push=[str(data)]), project
     )
     assert calls["exec"] == 3  # have, materialize, the launch
     assert pushed.wait(60) == "finished" and pushed.log().strip() == "d"
@@ -375,10 +367,9 @@ def test_launch_returns_before_the_remote_python_starts(project: Path, tmp_path:
         f'  sleep 0.1\ndone\nexec {shlex.quote(sys.executable)} "$@"\n'
     )
     slow.chmod(0o755)
-    Job(launch(LaunchRequest(program="print(0)\n", name="audit"), project), project).wait(60)
-    row = launch(LaunchRequest(program="print('late')\n", name="slow", python=str(slow)), project)
+    submit(LaunchRequest(program="print(0)\n", name="audit"), project).wait(60)
+    job = submit(LaunchRequest(program="print('late')\n", name="slow", python=str(slow)), project)
     assert not gave_up.exists()
-    job = Job(row, project)
     assert job.snapshot().state == "queued"
     gate.touch()
     assert job.wait(60) == "finished" and job.log().strip() == "late"
@@ -406,7 +397,7 @@ def test_an_agent_caught_mid_exec_is_not_taken_for_another_process(project: Path
     its command line reads empty. It is looked at again, never called another process (which
     made a job that had just started ``lost``)."""
     program = "import time\ntime.sleep(3)\nprint('done')\n"
-    job = Job(launch(LaunchRequest(program=program, name="execing"), project), project)
+    job = submit(LaunchRequest(program=program, name="execing"), project)
     wait_until = time.monotonic() + 30
     while job.snapshot().state != "running" and time.monotonic() < wait_until:
         time.sleep(0.05)
@@ -415,7 +406,7 @@ def test_an_agent_caught_mid_exec_is_not_taken_for_another_process(project: Path
     assert transport.empty == 3
     pid = agent_pid(LocalTransport(), job.spec)
     assert pid is not None
-    assert process_kind(pid, None, job.spec["control_dir"]) == "agent"
+    assert process_kind(pid, None, job.spec.control_dir) == "agent"
     assert job.wait(60) == "finished" and job.log().strip() == "done"
     # Gone for good: an empty command line of a process that is not alive is no agent.
     assert observe(_MidExec(looks=1), job.spec).state == "finished"
@@ -452,14 +443,14 @@ def _processes_mentioning(text: str) -> list[str]:
 def test_a_missing_interpreter_is_a_launch_error(project: Path) -> None:
     from rgt_jupyter.errors import LaunchError
 
-    Job(launch(LaunchRequest(program="print(0)\n", name="audit"), project), project).wait(60)
+    submit(LaunchRequest(program="print(0)\n", name="audit"), project).wait(60)
     request = LaunchRequest(program="print(1)\n", name="nopy", python="/nonexistent/python3")
     with pytest.raises(LaunchError, match="--python PATH") as info:
-        launch(request, project)
+        submit(request, project)
     assert "/nonexistent/python3" in str(info.value)
     job = Job.from_registry("nopy", project)
     assert job._row["state"] == "failed"
-    control = job.spec["control_dir"]
+    control = job.spec.control_dir
     assert not Path(control).exists()  # nothing was written, the bundle included
     assert _processes_mentioning(control) == []
 
@@ -471,10 +462,8 @@ def test_an_interpreter_that_cannot_start_is_lost_with_its_words(
     broken = tmp_path / "broken-python"
     broken.write_text("#!/bin/sh\necho 'fatal: this interpreter is broken' >&2\nexit 3\n")
     broken.chmod(0o755)
-    Job(launch(LaunchRequest(program="print(0)\n", name="audit"), project), project).wait(60)
-    job = Job(
-        launch(LaunchRequest(program="print(1)\n", name="br", python=str(broken)), project), project
-    )
+    submit(LaunchRequest(program="print(0)\n", name="audit"), project).wait(60)
+    job = submit(LaunchRequest(program="print(1)\n", name="br", python=str(broken)), project)
     assert job.wait(30) == "lost"
     diagnosis = job.snapshot().diagnosis or ""
     assert "agent.log ends with" in diagnosis and "this interpreter is broken" in diagnosis
@@ -484,11 +473,8 @@ def test_an_interpreter_that_cannot_start_is_lost_with_its_words(
 def test_an_old_python_fails_with_what_to_do(project: Path, version: str) -> None:
     olds = sorted(Path("/root/.pyenv/versions").glob(f"{version}*/bin/python"))
     assert olds, f"no Python {version} under /root/.pyenv (this machine kind has it)"
-    Job(launch(LaunchRequest(program="print(0)\n", name="audit"), project), project).wait(60)
-    job = Job(
-        launch(LaunchRequest(program="print(1)\n", name="old", python=str(olds[0])), project),
-        project,
-    )
+    submit(LaunchRequest(program="print(0)\n", name="audit"), project).wait(60)
+    job = submit(LaunchRequest(program="print(1)\n", name="old", python=str(olds[0])), project)
     assert job.wait(30) == "failed"
     diagnosis = job.snapshot().diagnosis or ""
     assert f"is Python {version}; the agent needs Python 3.8+" in diagnosis
@@ -499,7 +485,7 @@ def test_without_setsid_the_bundle_spawns_the_agent(
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A machine without setsid: the bundle's own spawn (double fork) starts the agent."""
-    Job(launch(LaunchRequest(program="print(0)\n", name="audit"), project), project).wait(60)
+    submit(LaunchRequest(program="print(0)\n", name="audit"), project).wait(60)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for tool in ("sh", "cat", "mkdir"):
@@ -508,16 +494,16 @@ def test_without_setsid_the_bundle_spawns_the_agent(
         (bindir / tool).symlink_to(found)
     with monkeypatch.context() as patch:
         patch.setenv("PATH", str(bindir))
-        job = Job(launch(LaunchRequest(program="print('spawned')\n", name="ns"), project), project)
+        job = submit(LaunchRequest(program="print('spawned')\n", name="ns"), project)
     assert job.wait(60) == "finished" and job.log().strip() == "spawned"
     status = control_json(job, "status.json")
-    assert status is not None and status["agent_pid"] == job.spec["agent_pid"]
+    assert status is not None and status["agent_pid"] == job.spec.agent_pid
 
 
 def _bundle_with(members: dict[str, bytes]) -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as zf:
-        zf.writestr("__main__.py", (PKG / "bundle_main.py").read_bytes())
+        zf.writestr("__main__.py", remote.source("bundle_main.py"))
         for name, data in members.items():
             zf.writestr(name, data)
     return out.getvalue()
@@ -550,8 +536,8 @@ def test_phase0_audit_is_recorded_once_and_disclosed(
 ) -> None:
     monkeypatch.setenv("RGT_AUDIT_TORCH", "1")
     program = "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n"
-    first = Job(launch(LaunchRequest(program=program, name="a1"), project), project)
-    cache = project / ".rgt" / "audit" / f"local-{first.spec['host']}.json"
+    first = submit(LaunchRequest(program=program, name="a1"), project)
+    cache = project / ".rgt" / "audit" / f"local-{first.spec.host}.json"
     assert cache.exists()
     facts = json.loads(cache.read_text())["facts"]
     assert facts["python"] == sys.version.split()[0]
@@ -566,13 +552,13 @@ def test_phase0_audit_is_recorded_once_and_disclosed(
 
     assert facts["torch"]["imports"] and facts["torch"]["version"] == torch.__version__
     assert facts["torch"]["cuda_available"] == torch.cuda.is_available()
-    findings = first.spec["audit"]["findings"]
+    findings = first.spec.audit["findings"]
     assert any(f.startswith("durable dir:") for f in findings)
     assert any(f.startswith(f"torch {torch.__version__}") for f in findings)
     stamp = cache.stat().st_mtime_ns
-    second = Job(launch(LaunchRequest(program="print(2)\n", name="a2"), project), project)
+    second = submit(LaunchRequest(program="print(2)\n", name="a2"), project)
     assert cache.stat().st_mtime_ns == stamp  # once per host
-    assert second.spec["audit"] == first.spec["audit"]
+    assert second.spec.audit == first.spec.audit
     assert first.wait(60) == "finished"
     assert "machine: " in first._repr_mimebundle_()["text/plain"]
     assert first.pull().provenance["audit"]["findings"] == findings
@@ -580,7 +566,7 @@ def test_phase0_audit_is_recorded_once_and_disclosed(
 
 def test_unwritable_durable_dir_blocks_the_launch(project: Path) -> None:
     from rgt_jupyter.errors import LaunchError
-    from rgt_jupyter.registry import Registry
+    from rgt_jupyter.store.registry import Registry
 
     (project / "blocker").write_text("a file where the durable dir should be")
     profiles = project / ".rgt" / "profiles"
@@ -596,5 +582,5 @@ def test_unwritable_durable_dir_blocks_the_launch(project: Path) -> None:
         )
     )
     with pytest.raises(LaunchError, match="not writable"):
-        launch(LaunchRequest(program="print(1)\n", name="b", profile="blocked"), project)
+        submit(LaunchRequest(program="print(1)\n", name="b", profile="blocked"), project)
     assert Registry(project).jobs() == []

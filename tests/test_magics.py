@@ -12,8 +12,8 @@ from IPython.utils.capture import capture_output
 
 from rgt_jupyter.api import Job, Run
 from rgt_jupyter.errors import RemoteTraceback, SmokeFailed
-from rgt_jupyter.registry import Registry
-from rgt_jupyter.render import strip_ansi
+from rgt_jupyter.store.registry import Registry
+from rgt_jupyter.views.render import strip_ansi
 
 
 def run(ip: Any, source: str) -> tuple[Any, str]:
@@ -183,7 +183,7 @@ def test_smoke_pass_then_launch_without_smoke_flag(ip: Any) -> None:
     assert result.error_in_exec is None
     job = result.result
     assert job.result(timeout=60) == {"smoke": None}
-    assert job.spec["smoke"] is True
+    assert job.spec.smoke is True
 
 
 def test_smoke_time_budget(ip: Any, project: Path) -> None:
@@ -200,8 +200,8 @@ def test_rerun_of_finished_name_starts_fresh(ip: Any) -> None:
     assert first.wait(60) == "finished"
     second = run(ip, "%%remote_run --name again\nprint('two')\n")[0].result
     assert second.id != first.id
-    assert second.spec["attempt"] == 1 and not second.spec["resume"]
-    assert second.spec["ckpt_dir"] != first.spec["ckpt_dir"]
+    assert second.spec.attempt == 1 and not second.spec.resume
+    assert second.spec.ckpt_dir != first.spec.ckpt_dir
     assert second.wait(60) == "finished"
 
 
@@ -222,5 +222,5 @@ def test_registry_history_records_the_lifecycle(ip: Any, project: Path) -> None:
     assert kinds[:2] == ["created", "launched"]
     states = [e["state"] for e in Registry(project).history(job.id) if e["kind"] == "state"]
     assert states[-1] == "finished"
-    launch = json.loads((Path(job.spec["control_dir"]) / "launch.json").read_text())
+    launch = json.loads((Path(job.spec.control_dir) / "launch.json").read_text())
     assert launch["job_id"] == job.id

@@ -9,13 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from rgt_jupyter.api import Job
+from rgt_jupyter import submit
 from rgt_jupyter.cli import main as rgt_main
-from rgt_jupyter.durability import check
 from rgt_jupyter.errors import ProfileError, UsageError
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.profiles import available, builtin_dirs, load_profile, parse_profile, stale_facts
-from rgt_jupyter.registry import Registry
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.machines.durability import check
+from rgt_jupyter.machines.profiles import (
+    available,
+    builtin_dirs,
+    load_profile,
+    parse_profile,
+    stale_facts,
+)
+from rgt_jupyter.store.registry import Registry
 
 from .machines import POD_ON_THIS_MACHINE
 
@@ -175,20 +181,19 @@ TRAIN = "import rgt_jupyter.job as job\njob.save_checkpoint({'step': 1}, step=1)
 def test_launch_refuses_a_checkpoint_dir_that_does_not_survive(project: Path) -> None:
     _user(project, "pod", POD_ON_THIS_MACHINE)
     with pytest.raises(UsageError) as err:
-        launch(LaunchRequest(program=TRAIN, name="r", profile="pod", ckpt_dir="/root/x"), project)
+        submit(LaunchRequest(program=TRAIN, name="r", profile="pod", ckpt_dir="/root/x"), project)
     message = str(err.value)
     assert "/root/x/r/" in message and "container disk" in message and "lost on" in message
     assert "--allow-ephemeral-ckpt" in message and "network_volume" in message
     assert not Registry(project).jobs()  # nothing was created
     # the profile's own durable dir (here on "/", the container disk) is refused too
     with pytest.raises(UsageError, match="container disk"):
-        launch(LaunchRequest(program=TRAIN, name="r", profile="pod"), project)
+        submit(LaunchRequest(program=TRAIN, name="r", profile="pod"), project)
 
-    row = launch(
+    job = submit(
         LaunchRequest(program=TRAIN, name="r", profile="pod", allow_ephemeral_ckpt=True), project
     )
-    job = Job(row, project)
-    assert job.spec["durability"]["overridden"] is True
+    assert job.spec.durability["overridden"] is True
     assert job.wait(60) == "finished"
     run = job.pull()
     durability = json.loads((run.path / "run.json").read_text())["durability"]
@@ -199,20 +204,20 @@ def test_launch_refuses_a_checkpoint_dir_that_does_not_survive(project: Path) ->
 
 def test_danger_clocks_are_shown_once_per_profile(project: Path) -> None:
     _user(project, "pod", POD_ON_THIS_MACHINE)
-    first = launch(
+    first = submit(
         LaunchRequest(program=TRAIN, name="a", profile="pod", allow_ephemeral_ckpt=True), project
     )
     clocks = load_profile("pod", project).danger_clocks
-    assert clocks and all(any(c.text in n for n in first["notices"]) for c in clocks)
+    assert clocks and all(any(c.text in n for n in first.notices) for c in clocks)
     assert Registry(project).acked("pod", "danger_clocks") is not None
-    second = launch(
+    second = submit(
         LaunchRequest(program=TRAIN, name="b", profile="pod", allow_ephemeral_ckpt=True), project
     )
-    assert second["notices"] == []
-    local = launch(LaunchRequest(program=TRAIN, name="c"), project)
-    assert local["notices"] == []  # no clocks on this machine
+    assert second.notices == []
+    local = submit(LaunchRequest(program=TRAIN, name="c"), project)
+    assert local.notices == []  # no clocks on this machine
     for row in (first, second, local):
-        Job(row, project).wait(60)
+        row.wait(60)
 
 
 def test_up_needs_clocks_acknowledged_and_spend_approved(project: Path) -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rgt_jupyter.api import Job
+from rgt_jupyter import submit
 from rgt_jupyter.errors import PullError
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.pull import check_space, safe_relpath
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.run.pull import check_space, safe_relpath
 
 from .pulljobs import finished, sha
 
@@ -33,14 +33,14 @@ def test_pull_lands_an_immutable_verified_run(project: Path) -> None:
     assert len(loads) == 2 and all(r["ok"] for r in loads)
     prov = run.provenance
     assert prov["job_id"] == job.id and prov["profile"] == "local"
-    assert prov["code_hash"] == job.spec["code_hash"]
+    assert prov["code_hash"] == job.spec.code_hash
     assert prov["exit"]["exit_code"] == 0 and prov["env_lock"]
     import torch
 
     assert prov["hardware"]["torch"]["version"] == torch.__version__
     assert prov["hardware"]["torch"]["cuda_available"] is torch.cuda.is_available()
     body = {k: v for k, v in prov.items() if k not in ("provenance_hash", "state_at_pull")}
-    from rgt_jupyter.provenance import canonical_hash
+    from rgt_jupyter.store.provenance import canonical_hash
 
     assert prov["provenance_hash"] == canonical_hash(body)
 
@@ -53,9 +53,7 @@ def test_pull_lands_an_immutable_verified_run(project: Path) -> None:
 
 
 def test_pull_refuses_a_running_job_and_an_empty_job(project: Path) -> None:
-    job = Job(
-        launch(LaunchRequest(program="import time\ntime.sleep(5)\n", name="busy"), project), project
-    )
+    job = submit(LaunchRequest(program="import time\ntime.sleep(5)\n", name="busy"), project)
     with pytest.raises(PullError, match="wait for it"):
         job.pull()
     assert job.wait(60) == "finished"
@@ -89,7 +87,7 @@ def test_space_is_checked_up_front(tmp_path: Path) -> None:
 
 def test_lost_job_pull_discloses_missing_end_manifest(project: Path) -> None:
     job = finished(project, "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n", "nm")
-    control = Path(job.spec["control_dir"])
+    control = Path(job.spec.control_dir)
     (control / "manifest.json").unlink()
     run = job.pull()
     assert run.verified
@@ -102,13 +100,13 @@ def test_listing_reuses_end_hashes_only_for_untouched_files(project: Path) -> No
     bytes were replaced and whose mtime was set back is still read, and caught."""
     import os
 
-    from rgt_jupyter.pull import remote_listing
+    from rgt_jupyter.run.pull import remote_listing
     from rgt_jupyter.transport.local import LocalTransport
 
     job = finished(project)
     listing = remote_listing(LocalTransport(), job.spec)["files"]
     assert listing and all(entry.get("reused") for entry in listing.values())
-    preds = Path(job.spec["out_dir"]) / "preds.csv"
+    preds = Path(job.spec.out_dir) / "preds.csv"
     before = preds.stat()
     data = bytearray(preds.read_bytes())
     data[10] ^= 0x01  # same size ...

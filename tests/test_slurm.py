@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
 from rgt_jupyter.errors import LaunchError
-from rgt_jupyter.launch import LaunchRequest, launch
+from rgt_jupyter.jobs.request import LaunchRequest
 
 from .conftest import run_cell
 from .slurm_cluster import SlurmCluster
@@ -104,8 +105,8 @@ def ignored_walltime(
     )
     slurm.wait_idle()
     req = LaunchRequest(program=IGNORES_WARNING, name="ignores", profile="here", time="1")
-    job = Job(launch(req, project), project)
-    KEEP_RUNNING.append(job.spec["slurm_job_id"])
+    job = submit(req, project)
+    KEEP_RUNNING.append(job.spec.slurm_job_id)
     yield job
     KEEP_RUNNING.clear()
 
@@ -143,8 +144,8 @@ def test_cell_on_slurm_is_watched_from_pending_to_finished_and_matches_local(
     result, text = run_cell(ip, f"%%remote_run --profile slurm --host login --name fit\n{program}")
     assert result.error_in_exec is None, text
     job: Job = result.result
-    assert job.spec["launcher"] == "sbatch" and job.spec["slurm_job_id"].isdigit()
-    assert (Path(job.spec["control_dir"]) / "job.sbatch").read_text().startswith("#!/bin/sh")
+    assert job.spec.launcher == "sbatch" and job.spec.slurm_job_id.isdigit()
+    assert (Path(job.spec.control_dir) / "job.sbatch").read_text().startswith("#!/bin/sh")
     seen: list[tuple[str, str | None]] = []
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -161,7 +162,7 @@ def test_cell_on_slurm_is_watched_from_pending_to_finished_and_matches_local(
     assert result.error_in_exec is None, text
     remote = result.result
     assert remote.verified, remote.text()
-    assert remote.provenance["scheduler"]["slurm_job_id"] == job.spec["slurm_job_id"]
+    assert remote.provenance["scheduler"]["slurm_job_id"] == job.spec.slurm_job_id
     result, _ = run_cell(ip, f"%%remote_run --name fit-local\n{program}")
     local_job = result.result
     assert local_job.wait(120) == "finished"
@@ -178,21 +179,23 @@ def test_scontrol_requeue_resumes_bit_identical(
 ) -> None:
     env = {"STEPS": "16", "PAUSE": "0.5"}
     req = LaunchRequest(program=TRAIN, name="rq", profile="slurm", host="login", env=env)
-    job = Job(launch(req, project), project)
+    job = submit(req, project)
     wait_for_step(job, 4)
-    cluster.scontrol("requeue", job.spec["slurm_job_id"])
+    cluster.scontrol("requeue", job.spec.slurm_job_id)
     assert job.wait(300) == "finished", job.snapshot().diagnosis
     snap = job.snapshot()
     assert snap.restarts >= 1, snap
-    assert "restarted" in (snap_text := __import__("rgt_jupyter.render").render.snapshot_text(snap))
-    attempts = Path(job.spec["control_dir"]) / "attempts"
+    assert "restarted" in (
+        snap_text := __import__("rgt_jupyter.views.render").views.render.snapshot_text(snap)
+    )
+    attempts = Path(job.spec.control_dir) / "attempts"
     first = json.loads((attempts / "1" / "exit.json").read_text())
     assert first["state"] == "preempted" and first["agent_signals"][0]["signal"] == "SIGTERM"
     log = job.log()
-    assert "resuming" in (Path(job.spec["control_dir"]) / "agent.log").read_text()
+    assert "resuming" in (Path(job.spec.control_dir) / "agent.log").read_text()
     requeued = job.pull()
     assert requeued.verified and requeued.provenance["scheduler"]["restarts"] >= 1
-    plain = Job(launch(LaunchRequest(program=TRAIN, name="plain", env=env), project), project)
+    plain = submit(LaunchRequest(program=TRAIN, name="plain", env=env), project)
     assert plain.wait(120) == "finished"
     import torch
 
@@ -219,8 +222,8 @@ def test_walltime_warns_with_usr2_then_fails_as_timeout(
     req = LaunchRequest(
         program=TRAIN, name="wall", profile="short", host="login", env=env, time="1"
     )
-    job = Job(launch(req, project), project)
-    assert "--time=1\n" in (Path(job.spec["control_dir"]) / "job.sbatch").read_text()
+    job = submit(req, project)
+    assert "--time=1\n" in (Path(job.spec.control_dir) / "job.sbatch").read_text()
     assert job.wait(240) == "failed"
     snap = job.snapshot()
     assert snap.diagnosis is not None and snap.diagnosis.startswith("walltime (TIMEOUT)"), snap
@@ -245,9 +248,9 @@ def test_timeout_requeues_carry_a_long_job_past_its_walltime(
     req = LaunchRequest(
         program=TRAIN, name="chain", profile="chain", host="login", env=env, time="1"
     )
-    job = Job(launch(req, project), project)
+    job = submit(req, project)
     assert job.wait(240) == "finished", job.snapshot().diagnosis
-    first = json.loads((Path(job.spec["control_dir"]) / "attempts" / "1" / "exit.json").read_text())
+    first = json.loads((Path(job.spec.control_dir) / "attempts" / "1" / "exit.json").read_text())
     assert first["reason"] == "walltime, requeued" and first["state"] == "preempted"
     assert 0 < first["checkpoints"]
     snap = job.snapshot()
@@ -264,7 +267,7 @@ def test_three_seeds_are_one_array_grouped_and_verified(
     assert result.error_in_exec is None, text
     group = result.result
     assert group.seeds == [0, 1, 2] and len({j.id for j in group.jobs}) == 3
-    ids = [j.spec["slurm_job_id"] for j in group.jobs]
+    ids = [j.spec.slurm_job_id for j in group.jobs]
     array = ids[0].split("_")[0]
     assert ids == [f"{array}_{s}" for s in (0, 1, 2)]  # one sbatch: one array
     assert set(group.wait(240).values()) == {"finished"}
@@ -287,7 +290,7 @@ def text_of(obj: Any) -> str:
 def test_scancel_stop_saves_and_ends_preempted(project: Path, cluster: SlurmCluster) -> None:
     env = {"STEPS": "100000", "PAUSE": "0.3"}
     req = LaunchRequest(program=TRAIN, name="stopme", profile="slurm", host="login", env=env)
-    job = Job(launch(req, project), project)
+    job = submit(req, project)
     wait_for_step(job, 2)
     job.stop()
     assert job.wait(120) == "preempted"
@@ -302,7 +305,7 @@ def test_missing_interpreter_is_refused_before_submitting(
         program="print(1)\n", name="nopy", profile="slurm", host="login", python="/nope/python3"
     )
     with pytest.raises(LaunchError, match=r"needs Python 3.8\+ there: pass --python"):
-        launch(req, project)
+        submit(req, project)
     assert cluster.squeue("-h", "-t", "all", "-o", "%i") == before
 
 
@@ -312,13 +315,10 @@ def test_hostile_paths_run_exactly_on_the_cluster(
     shared = tmp_path / HOSTILE
     write_profile(project, "odd", shared, "")
     program = "import rgt_jupyter.job as job\njob.save_results({'ok': 1})\n"
-    job = Job(
-        launch(LaunchRequest(program=program, name="odd", profile="odd", host="login"), project),
-        project,
-    )
+    job = submit(LaunchRequest(program=program, name="odd", profile="odd", host="login"), project)
     assert job.wait(120) == "finished", job.snapshot().diagnosis
-    assert job.spec["control_dir"].startswith(str(shared))
-    assert (Path(job.spec["out_dir"]) / "results.json").exists()
+    assert job.spec.control_dir.startswith(str(shared))
+    assert (Path(job.spec.out_dir) / "results.json").exists()
     assert not (Path.home() / "pwned").exists() and not Path("pwned").exists()
 
 
@@ -331,5 +331,5 @@ def test_a_job_that_ignores_the_warning_is_ended_by_slurm_as_timeout(
     snap = job.snapshot()
     assert snap.scheduler is not None and "TIMEOUT" in snap.scheduler, snap
     assert snap.diagnosis is not None and snap.diagnosis.startswith("walltime (TIMEOUT)")
-    checkpoints = list(Path(job.spec["ckpt_dir"]).glob("ckpt-*"))
+    checkpoints = list(Path(job.spec.ckpt_dir).glob("ckpt-*"))
     assert checkpoints, "the job checkpointed every step until Slurm ended it"

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from rgt_jupyter.backends.slurm.launcher import SlurmBackend
+from rgt_jupyter.backends.slurm.queue import SlurmQueue, parse_squeue
+from rgt_jupyter.backends.slurm.script import SlurmOptions, array_spec, render_script, time_seconds
 from rgt_jupyter.errors import UsageError
-from rgt_jupyter.names import parse_seeds
-from rgt_jupyter.slurm import SlurmLauncher, SlurmOptions, array_spec, render_script, time_seconds
-from rgt_jupyter.slurm_queue import SlurmQueue, parse_squeue
+from rgt_jupyter.store.names import parse_seeds
 
 GOLDEN = Path(__file__).parent / "golden"
 HOSTILE = "it's a $(touch pwned) dir;`x`"
@@ -44,7 +45,7 @@ def test_sbatch_script_golden() -> None:
 
 def test_submit_line_passes_hostile_paths_as_arguments() -> None:
     control = f"/srv/{HOSTILE}\nnext/job-1"
-    argv = SlurmLauncher().render("/opt/py 3/bin/python", control)
+    argv = SlurmBackend().render("/opt/py 3/bin/python", control)
     assert argv[:2] == ["sh", "-c"] and argv[3] == "rgt-submit"
     assert argv[4:] == [
         control,
@@ -170,8 +171,9 @@ def test_slurm_states_in_the_contracts_words(
     state: str,
     words: str | None,
 ) -> None:
-    from rgt_jupyter import slurm_status
-    from rgt_jupyter.slurm_queue import SchedState
+    from rgt_jupyter.backends.slurm import observe as slurm_status
+    from rgt_jupyter.backends.slurm.queue import SchedState
+    from rgt_jupyter.jobs.spec import JobSpec
     from rgt_jupyter.transport.local import LocalTransport
 
     control = tmp_path / "control"
@@ -197,7 +199,7 @@ def test_slurm_states_in_the_contracts_words(
         "slurm_job_id": "9",
         "ckpt_dir": str(tmp_path / "ckpt"),
     }
-    snap = slurm_status.observe_slurm(LocalTransport(), spec)
+    snap = slurm_status.observe_slurm(LocalTransport(), JobSpec.from_dict(spec))
     assert snap.state == state, snap
     assert snap.scheduler is not None and snap.scheduler.startswith(f"Slurm 9: {raw}")
     if words is not None:
@@ -208,7 +210,7 @@ def test_multi_node_runs_one_torchrun_per_node_with_slurm_rendezvous(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--nodes 2: srun starts torchrun on each node; the rendezvous is Slurm's; NCCL recorded."""
-    from rgt_jupyter import agent
+    from rgt_jupyter.remote import agent
 
     spec = {
         "job_id": "mn-1",

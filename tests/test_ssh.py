@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.registry import Registry
-from rgt_jupyter.render import strip_ansi
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.store.registry import Registry
 from rgt_jupyter.transport.ssh import SSHError, connect
+from rgt_jupyter.views.render import strip_ansi
 
 from .conftest import run_cell, wait_for
 from .sshbox import cutbox
@@ -43,12 +44,12 @@ def test_the_whole_arc_over_ssh_matches_local(ip: Any, project: Path, box: Path)
     result, _ = run_cell(ip, f"%%remote_run --profile box --host testbox --name arc\n{JOB}")
     assert result.error_in_exec is None, result.error_in_exec
     job = result.result
-    assert job.spec["transport"] == "ssh" and job.spec["host_alias"] == "testbox"
-    assert job.spec["python"] == "python3"
+    assert job.spec.transport == "ssh" and job.spec.host_alias == "testbox"
+    assert job.spec.python == "python3"
     audit = json.loads((project / ".rgt" / "audit" / "box-testbox.json").read_text())["facts"]
-    assert audit["python"] == job.spec["audit"]["python"]
+    assert audit["python"] == job.spec.audit["python"]
     assert all(d["writable"] for d in audit["disks"].values())
-    assert any("durable dir" in f for f in job.spec["audit"]["findings"])
+    assert any("durable dir" in f for f in job.spec.audit["findings"])
     result, text = run_cell(ip, "%watch arc --wait --timeout 120")
     assert result.error_in_exec is None, text
     assert result.result.state == "finished"
@@ -74,14 +75,11 @@ def test_resume_over_ssh_uses_the_same_remote_checkpoints(project: Path, box: Pa
         "    time.sleep(0.2)\n    if step == 3 and not job.is_resume():\n"
         "        raise RuntimeError('crash')\n",
     )
-    job = Job(
-        launch(LaunchRequest(program=failing, name="rs", profile="box", host="testbox"), project),
-        project,
-    )
+    job = submit(LaunchRequest(program=failing, name="rs", profile="box", host="testbox"), project)
     assert job.wait(60) == "failed"
     assert "RuntimeError: crash" in strip_ansi("\n".join(job.traceback() or []))
     again = job.resume()
-    assert again.spec["ckpt_dir"] == job.spec["ckpt_dir"] and again.spec["resume"]
+    assert again.spec.ckpt_dir == job.spec.ckpt_dir and again.spec.resume
     assert again.wait(60) == "finished", again.log()
     assert again.result()["steps"] == 5
 
@@ -125,11 +123,8 @@ def test_trust_host_asks_records_and_then_works(project: Path, box: Path, sshd: 
     assert '"trusted_by"' in record and '"fingerprint": "SHA256:' in record
     assert sshd.host_pub.split()[1] in (project / ".rgt" / "known_hosts").read_text()
     assert "already trusted" in _trust(project, "").stdout
-    job = Job(
-        launch(
-            LaunchRequest(program="print('over ssh')\n", name="tr", profile="box", host="testbox"),
-            project,
-        ),
+    job = submit(
+        LaunchRequest(program="print('over ssh')\n", name="tr", profile="box", host="testbox"),
         project,
     )
     assert job.wait(60) == "finished" and "over ssh" in job.log()
@@ -210,14 +205,14 @@ def test_secret_never_leaks(
     results = job.result()
     assert results["sha"] == hashlib.sha256(value.encode()).hexdigest()
     assert results["mode"] == 0o600 and results["env_clean"] is True
-    assert job.spec["secret_names"] == ["TEST_TOKEN"]
+    assert job.spec.secret_names == ["TEST_TOKEN"]
     assert len(snapshots) > 10 and not any(value in s for s in snapshots)
     assert value not in text
     for root in (project, tmp_path / "remote home"):
         for path in root.rglob("*"):
             if path.is_file():
                 assert value.encode() not in path.read_bytes(), path
-    assert not (Path(job.spec["control_dir"]) / "secrets.json").exists()
+    assert not (Path(job.spec.control_dir) / "secrets.json").exists()
 
 
 def test_missing_secret_is_a_usage_error(ip: Any, project: Path) -> None:
@@ -252,12 +247,12 @@ def test_repush_of_an_unchanged_tree_sends_almost_nothing(
             request = LaunchRequest(
                 program=program, name=name, profile="box", host="cutbox", push=[str(tree)]
             )
-            jobs.append(Job(launch(request, project), project))
+            jobs.append(submit(request, project))
             sent.append(proxy.bytes_up - before)
         for job in jobs:
             assert job.wait(60) == "finished", job.log()
         assert jobs[0].result() == jobs[1].result()
-        assert jobs[0].spec["code_dir"] != jobs[1].spec["code_dir"]
+        assert jobs[0].spec.code_dir != jobs[1].spec.code_dir
         assert sent[0] >= size
         assert sent[1] <= size // 100, (sent, size)
 
@@ -268,8 +263,8 @@ def test_openssh_stream_trusts_exactly_the_known_hosts_it_is_given(
     """The ssh client that carries large reads checks the host key against the files rgt uses
     and nothing else: an unknown or changed key is refused before a byte of the file comes, and
     no known_hosts file is written."""
-    from rgt_jupyter.transport import stream
-    from rgt_jupyter.transport.ssh import ssh_config_path
+    from rgt_jupyter.transport.ssh import stream
+    from rgt_jupyter.transport.ssh.hosts import ssh_config_path
 
     ssh = stream.openssh_binary()
     assert ssh is not None, "the OpenSSH client is part of the test setup"
@@ -329,7 +324,7 @@ def test_a_launch_over_ssh_is_one_command(
         request = LaunchRequest(
             program=f"print({name!r})\n", name=name, profile="box", host="testbox"
         )
-        return Job(launch(request, project), project)
+        return submit(request, project)
 
     first = run("first")
     calls: list[str] = []
@@ -343,8 +338,8 @@ def test_a_launch_over_ssh_is_one_command(
     for job in (first, second):
         assert job.wait(60) == "finished", job.log()
         assert job.log().strip() == job.name
-    status = connect("testbox", project).read_text(f"{second.spec['control_dir']}/status.json")
-    assert json.loads(status or "{}")["agent_pid"] == second.spec["agent_pid"]
+    status = connect("testbox", project).read_text(f"{second.spec.control_dir}/status.json")
+    assert json.loads(status or "{}")["agent_pid"] == second.spec.agent_pid
 
 
 def test_remote_run_cell_returns_after_one_command_and_shows_it_queued(
@@ -389,8 +384,8 @@ def test_the_watcher_asks_an_ssh_host_once_per_look_for_all_its_jobs(
     """Three jobs on one host: each watcher look is one command on the open connection (no
     SFTP read per file, no new connection); their logs stream whole; a cut connection shows as
     'cannot observe', never as a failed job, and the next look reconnects."""
+    from rgt_jupyter.run.watch.watcher import Watcher
     from rgt_jupyter.transport.ssh import SSHTransport
-    from rgt_jupyter.watch import Watcher
 
     program = (
         "import time, rgt_jupyter.job as job\nfor i in range(1, 31):\n"
@@ -398,12 +393,8 @@ def test_the_watcher_asks_an_ssh_host_once_per_look_for_all_its_jobs(
     )
     with cutbox(sshd, box) as proxy:
         jobs = [
-            Job(
-                launch(
-                    LaunchRequest(program=program, name=f"w{i}", profile="box", host="cutbox"),
-                    project,
-                ),
-                project,
+            submit(
+                LaunchRequest(program=program, name=f"w{i}", profile="box", host="cutbox"), project
             )
             for i in range(3)
         ]

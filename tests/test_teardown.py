@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
 from rgt_jupyter.cli import main as rgt_main
 from rgt_jupyter.errors import UsageError
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.registry import Registry
-from rgt_jupyter.teardown import compute_gate, confirm_guided, decide, settle_orphan, stop_meter
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.run.teardown import compute_gate, confirm_guided, decide, settle_orphan, stop_meter
+from rgt_jupyter.store.registry import Registry
 
 from .conftest import wait_for
 from .fakeclouds import RunPodFake
@@ -56,8 +57,7 @@ def pod(project: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunPodFake]:
 
 
 def _run(project: Path, program: str, name: str) -> Job:
-    row = launch(LaunchRequest(program=program, name=name, profile="pod"), project)
-    return Job(row, project)
+    return submit(LaunchRequest(program=program, name=name, profile="pod"), project)
 
 
 def _check(gate: Any, name: str) -> Any:
@@ -75,9 +75,9 @@ def test_gate_refuses_each_missing_precondition_then_destroys_only_after_approva
     inst = Registry(project).instances()[0]
     assert inst["provider"] == "runpod" and inst["cost_per_hour"] == pytest.approx(0.69)
     waiting = _run(project, WAITS, "w")
-    out_dir = Path(waiting.spec["out_dir"])
+    out_dir = Path(waiting.spec.out_dir)
     wait_for(lambda: (out_dir / "results.json").exists(), 60, "the job to start")
-    assert waiting.spec["instance_id"] == inst["id"]
+    assert waiting.spec.instance_id == inst["id"]
     cost = waiting.snapshot().cost
     assert cost is not None and "so far at $0.69/h" in cost
 
@@ -118,7 +118,7 @@ def test_gate_refuses_each_missing_precondition_then_destroys_only_after_approva
     preds.write_bytes(original)
 
     # 4. deployed code differs from the code launched
-    program = Path(trained.spec["program"])
+    program = Path(trained.spec.program)
     code = program.read_bytes()
     program.write_bytes(code + b"\n# edited on the machine\n")
     gate = compute_gate(trained._row, project)
@@ -126,7 +126,7 @@ def test_gate_refuses_each_missing_precondition_then_destroys_only_after_approva
     program.write_bytes(code)
 
     # 5. a newer checkpoint after the verification
-    extra = Path(trained.spec["ckpt_dir"]) / "ckpt-99.pt"
+    extra = Path(trained.spec.ckpt_dir) / "ckpt-99.pt"
     subprocess.run(
         [sys.executable, "-c", f"import torch; torch.save({{'w': torch.ones(2)}}, {str(extra)!r})"],
         check=True,
@@ -198,7 +198,7 @@ def test_cli_down_with_yes_when_the_gate_passes(
 
 
 def test_widget_enables_approve_only_when_the_gate_passes(project: Path, pod: RunPodFake) -> None:
-    from rgt_jupyter.teardown_view import TeardownView
+    from rgt_jupyter.views.teardown_view import TeardownView
 
     job = _run(project, TRAIN, "t")
     assert job.wait(120) == "finished"
@@ -254,8 +254,7 @@ def test_guided_teardown_records_the_users_word_and_claims_nothing(
     assert rgt_main(["up", "box", "--connection", connection, "--yes"]) == 0
     inst = Registry(project).instances()[0]
     assert inst["platform_id"] == "root@connect.westb.seetacloud.com:41022"
-    row = launch(LaunchRequest(program=TRAIN, name="g", profile="box"), project)
-    job = Job(row, project)
+    job = submit(LaunchRequest(program=TRAIN, name="g", profile="box"), project)
     assert job.wait(120) == "finished" and job.pull().verified
     gate = compute_gate(job._row, project)
     assert gate.passed, gate.text()
@@ -276,28 +275,41 @@ def test_no_watcher_or_view_can_reach_a_meter_stop() -> None:
     """Only teardown.py calls a platform's meter-stop verb or deletes a leftover; the watcher,
     the status view and the cost code import neither the adapters nor the gate."""
     pkg = Path(__file__).resolve().parent.parent / "rgt_jupyter"
+
+    def rel(p: Path) -> str:
+        return p.relative_to(pkg).as_posix()
+
     callers = {
-        p.name
+        rel(p)
         for p in pkg.rglob("*.py")
         if "providers" not in p.parts
         and any(s in p.read_text() for s in (".down(", "delete_orphan(", "wait_down("))
     }
-    assert callers == {"teardown.py"}
-    for name in ("watch.py", "status.py", "billing.py", "render.py", "api.py"):
+    assert callers == {"run/teardown.py"}
+    for name in (
+        "run/watch/watcher.py",
+        "run/watch/reads.py",
+        "jobs/observe.py",
+        "jobs/snapshot.py",
+        "jobs/records.py",
+        "run/billing.py",
+        "views/render.py",
+        "api.py",
+    ):
         text = (pkg / name).read_text()
         assert "providers" not in text and "teardown" not in text, name
     # The status view's button opens the approval widget, and nothing else: no adapter, no verb.
     view = (pkg / "widgets.py").read_text()
-    assert "providers" not in view and "stop_meter" not in view and "from .teardown " not in view
-    assert "from .teardown_view import TeardownView" in view
-    stoppers = {p.name for p in pkg.rglob("*.py") if "stop_meter(" in p.read_text()}
-    assert stoppers == {"teardown.py", "teardown_view.py", "cli_machines.py"}
+    assert "providers" not in view and "stop_meter" not in view and "run.teardown " not in view
+    assert "from .views.teardown_view import TeardownView" in view
+    stoppers = {rel(p) for p in pkg.rglob("*.py") if "stop_meter(" in p.read_text()}
+    assert stoppers == {"run/teardown.py", "views/teardown_view.py", "cli/machines.py"}
 
 
 def test_idle_warning_warns_and_never_acts(
     project: Path, pod: RunPodFake, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rgt_jupyter.billing import idle_warning, samples
+    from rgt_jupyter.run.billing import idle_warning, samples
 
     t0 = 1_000_000.0
     busy = [(t0, 80.0, 1), (t0 + 600, 2.0, 0)]

@@ -11,8 +11,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from rgt_jupyter.cli.demo import error_outputs
 from rgt_jupyter.deliver.execute import KERNEL_NAME, kernel_manager
-from rgt_jupyter.demo import error_outputs
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "example_notebooks" / "verify.ipynb"
 

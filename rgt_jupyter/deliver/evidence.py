@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..fsutil import atomic_write_bytes
-from ..project import project_dir
+from ..store.fsutil import atomic_write_bytes
+from ..store.project import project_dir
 from .refs import CLAIM_REF, Results, resolve, split_ref
 
 SCHEMA_VERSION = "1.0"

@@ -36,9 +36,9 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..fsutil import atomic_write_bytes
-from ..project import project_dir
-from ..provenance import git_state
+from ..store.fsutil import atomic_write_bytes
+from ..store.project import project_dir
+from ..store.provenance import git_state
 from . import pixel
 
 SIDECAR_SCHEMA = "rgt/figure-provenance/v1"
@@ -475,7 +475,7 @@ def _csv_bytes(columns: list[str], cells: list[_Cell], rows: int) -> bytes:
 
 def _pillow_version() -> str | None:
     try:
-        import PIL
+        import PIL  # deferred: Pillow, only when a figure is exported
     except ImportError:
         return None
     return str(PIL.__version__)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .notebook import read_notebook
+from .placeholders import render
 
 SCHEMA = "rgt/delivery/v1"
 
@@ -24,7 +25,6 @@ def _sha(path: Path) -> str:
 def notebook_numbers(nb: Any, project: Path) -> list[dict[str, Any]]:
     """Every generated number of a notebook: tagged outputs of code cells, and the rendered
     placeholders of markdown cells, each keyed by where it is shown."""
-    from .placeholders import render
 
     out: list[dict[str, Any]] = []
     for index, cell in enumerate(nb["cells"]):

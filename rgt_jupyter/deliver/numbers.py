@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..project import project_dir
+from ..store.project import project_dir
 from . import refs
 from .evidence import claim_row
 from .refs import CLAIM_REF, Resolved

@@ -158,7 +158,7 @@ def _check_raster(
     expected_size_px: tuple[float, float] | None,
     expected_dpi: float | None,
 ) -> np.ndarray[Any, Any] | None:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError  # deferred: Pillow, only when pixels are compared
 
     try:
         with Image.open(io.BytesIO(path.read_bytes())) as im:
@@ -411,7 +411,7 @@ def _text_clipped(
 
 
 def _font_charmaps(prop: FontProperties, cache: dict[str, tuple[str, set[int]]]) -> list[Any]:
-    from matplotlib import font_manager
+    from matplotlib import font_manager  # deferred: matplotlib, only when a figure is rendered
 
     try:
         paths: list[Any] = list(font_manager.fontManager._find_fonts_by_props(prop))

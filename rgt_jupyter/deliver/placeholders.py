@@ -19,7 +19,7 @@ from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool, Unicode
 
 from ..errors import UsageError
-from ..project import project_dir
+from ..store.project import project_dir
 from .numbers import PLACEHOLDER, num
 
 __all__ = ["PLACEHOLDER", "Placeholder", "RgtPlaceholders", "find", "render"]

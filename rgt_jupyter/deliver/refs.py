@@ -21,7 +21,9 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from ..errors import UsageError
-from ..project import project_dir
+from ..jobs.lookup import group_rows, resolve_runs
+from ..store.project import project_dir
+from ..store.registry import Registry
 
 #: A claim id of EVIDENCE.json (``C1``), optionally with an evidence row (``C1#2``); groups
 #: ``id``, ``row``.
@@ -140,8 +142,6 @@ def split_ref(ref: str) -> tuple[str, str]:
 def run_folder(source: str, project: Path) -> Path:
     """The one run folder ``source`` names: a run folder, a run id, or a job id or name (its
     newest pulled run). A seed group names several runs and is refused."""
-    from ..verify.report import resolve_runs
-
     direct = Path(source).expanduser()
     if not direct.is_absolute():
         direct = project / direct
@@ -250,13 +250,11 @@ def _freeze(value: Any) -> Any:
 
 
 def _refuse_group(source: str, project: Path) -> None:
-    from ..group import JobGroup
-
-    group = JobGroup.find(source, project)
-    if group is None:
+    members = group_rows(Registry(project), source)
+    if not members:
         return
-    names = ", ".join(j.name for j in group.jobs)
+    names = ", ".join(r["name"] for r in members)
     raise UsageError(
         f"{source!r} is a seed group ({names}): a generated number comes from one run. Name the "
-        f"run of one seed (e.g. '{group.jobs[0].name}:<key>'), or report each seed's number"
+        f"run of one seed (e.g. '{members[0]['name']}:<key>'), or report each seed's number"
     )

@@ -19,8 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..fsutil import atomic_write_bytes
+from ..store.fsutil import atomic_write_bytes
+from ..store.project import project_dir
+from .check_numbers import check_numbers
+from .evidence import evidence_path, load, sync
 from .manifest import collect
+from .notebook import read_notebook
+from .reconcile import reconcile
 from .repro import manifest_path
 
 
@@ -62,7 +67,6 @@ def disclosure_gate(
     project: Path, drifts: list[dict[str, Any]], regenerable: set[str]
 ) -> list[dict[str, Any]]:
     """One record per evidence row: the five checks of the gate and the caption suffix."""
-    from .evidence import evidence_path, load
 
     if not evidence_path(project).is_file():
         return []
@@ -225,15 +229,11 @@ def deliver(
     docs: list[str | Path] | None = None,
 ) -> DeliveryReport:
     """Audit a delivery; see the module docstring."""
-    from ..project import project_dir
-    from .evidence import evidence_path, sync
 
     proj = project_dir(project)
     report = DeliveryReport(str(notebook) if notebook else None)
     path = None
     if notebook is not None:
-        from .notebook import read_notebook
-
         path = Path(notebook)
         path = path if path.is_absolute() else proj / path
         read_notebook(path)  # a file that is not a notebook is refused before anything is written
@@ -241,8 +241,6 @@ def deliver(
         report.evidence_changes = [str(c) for c in sync(proj)]
     regenerable: set[str] = set()
     if path is not None:
-        from .check_numbers import check_numbers
-
         report.numbers = check_numbers(path, project=proj)
         manifest = collect(path, proj)
         # A claim row is regenerable when the notebook generates it: through its claim id, or
@@ -258,8 +256,6 @@ def deliver(
         report.manifest = str(target)
     report.figures = _figure_checks(proj)
     if evidence_path(proj).is_file():
-        from .reconcile import reconcile
-
         paths = (
             [Path(d) for d in docs] if docs else [p for p in [proj / "README.md"] if p.is_file()]
         )

@@ -69,10 +69,10 @@ def manifest_path(notebook: Path, project: Path) -> Path:
 def execute(notebook: Path, project: Path, timeout: float = 900, launch: bool = False) -> None:
     """Run ``notebook`` in place in a fresh kernel whose project is ``project`` (``launch``:
     its ``%%remote_run`` cells may launch jobs; a rebuild never does)."""
-    import nbformat
-    from nbclient import NotebookClient
+    import nbformat  # deferred: nbformat, only for a repro
+    from nbclient import NotebookClient  # deferred: nbclient, only for a repro
 
-    from .execute import KERNEL_NAME, kernel_manager
+    from .execute import KERNEL_NAME, kernel_manager  # deferred: jupyter_client, only for a repro
 
     nb = nbformat.read(str(notebook), as_version=4)
     client = NotebookClient(

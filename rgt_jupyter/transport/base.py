@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..errors import TransportError
+
 
 class ReadStream(Protocol):
     """A remote file opened for reading from an offset (what :meth:`Transport.open_read` gives)."""
@@ -43,8 +45,6 @@ class ExecResult:
     def check(self) -> ExecResult:
         """Raise :class:`~rgt_jupyter.errors.TransportError` unless the command exited 0."""
         if self.returncode != 0:
-            from ..errors import TransportError
-
             raise TransportError(
                 f"command exited {self.returncode}: {' '.join(self.argv[:3])}...\n"
                 + self.stderr.decode(errors="replace")[-2000:]

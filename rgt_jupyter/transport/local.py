@@ -8,7 +8,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from ..fsutil import atomic_write_bytes, fsync_dir
+from ..store.fsutil import atomic_write_bytes, fsync_dir
 from .base import ExecResult, FileStat, ReadStream, Transport
 
 

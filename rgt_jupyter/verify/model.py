@@ -25,7 +25,6 @@ Anything missing makes the checks that need it ``not_checked``, and that is disc
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -33,19 +32,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..store.fsutil import jsonl_records, sha256_file
+
 #: Verdicts of the classification checks and of the integrity checks.
 CLASSIFICATION = ("bug", "effect", "noise", "inconclusive")
 INTEGRITY = ("pass", "finding", "not_checked")
 DIRECTIONS = ("max", "min")
-
-
-def sha256_file(path: Path) -> str:
-    """The file's sha256 (hex)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -118,7 +110,7 @@ class RunData:
             if candidate.is_file():
                 key = str(candidate.relative_to(self.path))
                 if key not in self.used:
-                    self.used[key] = sha256_file(candidate)
+                    self.used[key] = sha256_file(candidate)[0]
                 return candidate
         return None
 
@@ -131,7 +123,6 @@ class RunData:
 
     def jsonl(self, rel: str) -> list[dict[str, Any]] | None:
         """A JSON-lines file of the run (lines that are not objects are skipped), or None."""
-        from ..fsutil import jsonl_records
 
         path = self.file(rel)
         return None if path is None else jsonl_records(path.read_text())

@@ -13,53 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..fsutil import atomic_write_bytes
-from ..project import project_dir
+from ..jobs.lookup import resolve_runs
+from ..store.fsutil import atomic_write_bytes
+from ..store.project import project_dir
+from .checks import all_checks
+from .checks.common import resolve_metric
 from .model import Context, Finding, RunData
 
 _ORDER = {"bug": 0, "finding": 1, "inconclusive": 2, "noise": 3, "effect": 4, "not_checked": 5}
 _COLORS = {"bug": "#cf222e", "finding": "#cf222e", "inconclusive": "#9a6700", "noise": "#666"}
-
-
-def resolve_runs(refs: Iterable[str], project: Path) -> list[Path]:
-    """Run folders named by ``refs``: a run folder, a run id, a job id or name (its newest pulled
-    run), or a seed group's name (the newest pulled run of each seed)."""
-    from ..group import JobGroup
-    from ..registry import Registry
-
-    registry = Registry(project)
-    out: list[Path] = []
-    for ref in refs:
-        path = Path(ref).expanduser()
-        if not path.is_absolute():
-            path = project / path
-        if (path / "run.json").is_file():
-            out.append(path)
-            continue
-        candidate = project / "runs" / ref
-        if (candidate / "run.json").is_file():
-            out.append(candidate)
-            continue
-        group = JobGroup.find(ref, project)
-        jobs = [j.id for j in group.jobs] if group is not None else []
-        if not jobs:
-            try:
-                jobs = [registry.get(ref)["id"]]
-            except Exception as exc:  # noqa: BLE001 - said as a usage error below
-                raise UsageError(
-                    f"%verify: {ref!r} is not a run folder, a run id, a job or a seed group of "
-                    f"{project}"
-                ) from exc
-        for job_id in jobs:
-            runs = registry.runs(job_id)
-            if not runs:
-                raise UsageError(f"%verify: job {job_id} has no pulled run: `%pull {ref}` first")
-            recorded = Path(runs[-1]["path"])
-            # The project's own copy first: a project moved or copied (rgt repro's clean copy)
-            # reads its runs/, not the folder the registry recorded.
-            local = project / "runs" / recorded.name
-            out.append(local if (local / "run.json").is_file() else recorded)
-    return out
 
 
 class VerifyReport:
@@ -110,7 +72,6 @@ class VerifyReport:
 
     def text(self) -> str:
         """The report as plain text, most serious first."""
-        from .checks.common import resolve_metric
 
         ctx = self.context
         name, direction, split = resolve_metric(ctx)
@@ -178,7 +139,6 @@ def verify(
     record: bool = True,
 ) -> VerifyReport:
     """Run every check on ``runs`` (and ``baselines``); see the module docstring."""
-    from .checks import all_checks
 
     proj = project_dir(project)
     arms = [

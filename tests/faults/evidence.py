@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rgt_jupyter.agent import sha256_file
+from rgt_jupyter.remote.agent import sha256_file
 
 
 def _files(root: Path) -> list[Path]:

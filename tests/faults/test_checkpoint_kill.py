@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from rgt_jupyter.api import Job
-from rgt_jupyter.launch import LaunchRequest, launch
+from rgt_jupyter import submit
+from rgt_jupyter.jobs.request import LaunchRequest
 
 from .evidence import Evidence
 
@@ -96,7 +96,7 @@ def _complete_steps(ckpt_dir: str) -> list[int]:
     asserts="the job SIGKILLed while a 150 MB checkpoint is being written: the torn one never "
     "gets its name, the previous one stays complete, loads and is what load_latest returns",
     mutation=(
-        "rgt_jupyter/job.py",
+        "rgt_jupyter/remote/job.py",
         "        sha, _ = _atomic_write(path, write, before_commit=record)\n",
         "        with open(path, 'wb') as fh:\n            write(fh)\n"
         "        sha = _sha256_file(path)\n        record(sha, 0)\n",
@@ -107,13 +107,13 @@ def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(
 ) -> None:
     """A real job killed by SIGKILL the moment a checkpoint write is seen in flight.
 
-    Protection: rgt_jupyter/job.py ``save_checkpoint``: the checkpoint is written under a
+    Protection: rgt_jupyter/remote/job.py ``save_checkpoint``: the checkpoint is written under a
     temporary name, fsynced and renamed (``_atomic_write``); written in place instead, the kill
     leaves a torn file under the checkpoint's own name and the case fails.
     """
-    job = Job(launch(LaunchRequest(program=PROGRAM, name="ck", smoke=False), project), project)
-    control = Path(job.spec["control_dir"])
-    ckpt_dir = job.spec["ckpt_dir"]
+    job = submit(LaunchRequest(program=PROGRAM, name="ck", smoke=False), project)
+    control = Path(job.spec.control_dir)
+    ckpt_dir = job.spec.ckpt_dir
     first = os.path.join(ckpt_dir, "ckpt-0000000001.pt")
 
     deadline = time.monotonic() + 90
@@ -190,7 +190,7 @@ SAVE_TWO = textwrap.dedent(
     asserts="a newest checkpoint truncated on disk (a write that never completed) is skipped "
     "by load_latest, which says so and returns the previous one",
     mutation=(
-        "rgt_jupyter/job.py",
+        "rgt_jupyter/remote/job.py",
         "        if not _record_matches(path):\n",
         "        if False:\n",
     ),
@@ -200,7 +200,7 @@ def test_load_latest_skips_a_truncated_newest_checkpoint(
 ) -> None:
     """The newest checkpoint is cut to half its length.
 
-    Protection: rgt_jupyter/job.py ``load_latest``: a checkpoint counts only when its bytes
+    Protection: rgt_jupyter/remote/job.py ``load_latest``: a checkpoint counts only when its bytes
     match the sha256 record written with it (``_record_matches``); removed, the truncated file
     is tried first and, should it load, trusted: the case fails.
     """
@@ -243,7 +243,7 @@ RESAVE_KILLED = textwrap.dedent(
     "after its record is written and before the rename: the earlier checkpoint of that step "
     "still matches its record and is what load_latest returns",
     mutation=(
-        "rgt_jupyter/job.py",
+        "rgt_jupyter/remote/job.py",
         "for h in _recorded(path) if h != sha]",
         "for h in [] if h != sha]",
     ),
@@ -253,7 +253,7 @@ def test_a_kill_while_replacing_a_step_keeps_the_earlier_checkpoint(
 ) -> None:
     """The same step saved twice; SIGKILL lands between the new record and the rename.
 
-    Protection: rgt_jupyter/job.py ``save_checkpoint``: while a step is replaced its record
+    Protection: rgt_jupyter/remote/job.py ``save_checkpoint``: while a step is replaced its record
     lists both sha256 values until the rename is durable; with only the new one, the earlier
     checkpoint no longer matches its record, is skipped, and the case fails.
     """

@@ -27,11 +27,12 @@ from typing import Any
 
 import pytest
 
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.render import snapshot_text
-from rgt_jupyter.teardown import compute_gate
-from rgt_jupyter.watch import Watcher
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.run.teardown import compute_gate
+from rgt_jupyter.run.watch.watcher import Watcher
+from rgt_jupyter.views.render import snapshot_text
 
 from ..conftest import rgt, sigkill_job_and_agent, wait_for
 from .evidence import Evidence
@@ -65,10 +66,11 @@ job.save_results({"steps": 5})
 OBSERVER = r"""
 import json, sys, time
 from pathlib import Path
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.teardown import compute_gate
-from rgt_jupyter.watch import Watcher
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.run.teardown import compute_gate
+from rgt_jupyter.run.watch.watcher import Watcher
 
 project = Path(sys.argv[1])
 
@@ -90,7 +92,7 @@ def handle(cmd):
     if op == "launch":
         req = LaunchRequest(program=cmd["program"], name=cmd["name"], profile="box",
                             host="testbox")
-        return {"id": launch(req, project)["id"]}
+        return {"id": submit(req, project).id}
     job = Job.from_registry(cmd["name"], project)
     if op == "look":
         return fields(job.snapshot())
@@ -167,7 +169,7 @@ def observer(project: Path, tmp_path: Path, env: dict[str, str]) -> Iterator[Obs
 
 def _status(job: Job) -> dict[str, Any]:
     """The job's status.json (its control dir lies on this machine, under the box's home)."""
-    path = Path(job.spec["control_dir"]) / "status.json"
+    path = Path(job.spec.control_dir) / "status.json"
     wait_for(path.exists, 60, "the agent's status.json")
     value: dict[str, Any] = json.loads(path.read_text())
     return value
@@ -189,17 +191,17 @@ def _heartbeat_shown(text: str) -> float:
     "then passes",
     mutation=[
         (
-            "rgt_jupyter/status.py",
+            "rgt_jupyter/jobs/observe.py",
             'if stamp is not None and isinstance(beat.get("boot_id"), str) and beat["boot_id"] == boot:',
             "if False:",
         ),
         (
-            "rgt_jupyter/status.py",
+            "rgt_jupyter/jobs/snapshot.py",
             "return (self.ended_at or self.observed_at + (self.clock_offset or 0.0)) - self.started_at",
             "return (self.ended_at or self.observed_at) - self.started_at",
         ),
         (
-            "rgt_jupyter/status.py",
+            "rgt_jupyter/jobs/observe.py",
             "    now = snap.observed_at + (snap.clock_offset or 0.0)\n",
             "    now = snap.observed_at\n",
         ),
@@ -216,7 +218,7 @@ def test_the_notebook_hosts_clock_an_hour_off(
 ) -> None:
     """The whole notebook side runs with its wall clock ``offset`` seconds off.
 
-    Protection: rgt_jupyter/status.py ``heartbeat_age``: the heartbeat is aged by the job
+    Protection: rgt_jupyter/jobs/observe.py ``heartbeat_age``: the heartbeat is aged by the job
     host's uptime against the uptime the agent stamped (removed, the two hosts' wall clocks are
     compared and the age reads 3600 s, or 0 s however long the agent is silent);
     ``Snapshot.elapsed`` adds the job host's clock offset (removed, a running job's elapsed
@@ -275,7 +277,7 @@ def test_the_notebook_hosts_clock_an_hour_off(
         obs.ask("launch", name="short", program=SHORT)
         assert obs.ask("wait", name="short", timeout=120)["state"] == "finished"
         short = Job.from_registry("short", project)
-        evidence.keep(Path(short.spec["out_dir"]), Path(short.spec["ckpt_dir"]))
+        evidence.keep(Path(short.spec.out_dir), Path(short.spec.ckpt_dir))
         pulled = obs.ask("pull", name="short")
         assert pulled["verified"], pulled
         assert evidence.account(pulled["path"]) == 0
@@ -291,7 +293,7 @@ def test_the_notebook_hosts_clock_an_hour_off(
     "old and ageing while the agent is stopped, its elapsed time true; killed, it is lost "
     "within 30 s; a finished job is finished and its pull verifies",
     mutation=(
-        "rgt_jupyter/status.py",
+        "rgt_jupyter/jobs/observe.py",
         'if stamp is not None and isinstance(beat.get("boot_id"), str) and beat["boot_id"] == boot:',
         "if False:",
     ),
@@ -305,7 +307,7 @@ def test_the_job_hosts_clock_an_hour_ahead(
     checkpoints') on the true clock while the agent stamps its records on the shifted one, which
     no real host with a wrong clock does, so a stall judged from both would mean nothing here.
 
-    Protection: rgt_jupyter/status.py ``heartbeat_age``: the heartbeat is aged on the job
+    Protection: rgt_jupyter/jobs/observe.py ``heartbeat_age``: the heartbeat is aged on the job
     host's boot-time clock (removed, the agent's shifted stamps are compared with this host's
     clock: the age reads 0 however long the agent is silent, and the case fails).
     """
@@ -321,7 +323,7 @@ def test_the_job_hosts_clock_an_hour_ahead(
         req = LaunchRequest(
             program=program, name=name, profile="box", host="testbox", python=str(python)
         )
-        return Job(launch(req, project), project)
+        return submit(req, project)
 
     job = start(FOREVER, "ahead")
     wait_for(lambda: job.snapshot().state == "running", 60, "the job seen running")
@@ -360,7 +362,7 @@ def test_the_job_hosts_clock_an_hour_ahead(
 
     short = start(SHORT, "ahead-short")
     assert short.wait(120) == "finished", short.log()
-    evidence.keep(Path(short.spec["out_dir"]), Path(short.spec["ckpt_dir"]))
+    evidence.keep(Path(short.spec.out_dir), Path(short.spec.ckpt_dir))
     run = short.pull()
     assert run.verified
     assert evidence.account(run.path) == 0

@@ -18,20 +18,20 @@ from typing import Any
 
 import pytest
 
+from rgt_jupyter import remote, submit
 from rgt_jupyter.api import Job
 from rgt_jupyter.errors import LaunchError, PullError, UsageError
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.registry import Registry
-from rgt_jupyter.transport import stream
-from rgt_jupyter.transport.ssh import SSHError, connect
-from rgt_jupyter.watch import Watcher
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.run.watch.watcher import Watcher
+from rgt_jupyter.store.registry import Registry
+from rgt_jupyter.transport.ssh import SSHError, connect, stream
 
 from ..conftest import control_json, pid_alive, wait_for
 from ..sshbox import cutbox
 from ..sshd import Sshd, start_sshd
 from .evidence import Evidence, sha256
 
-AGENT = Path(__file__).resolve().parents[2] / "rgt_jupyter" / "agent.py"
+AGENT = remote.path("agent.py")
 
 
 def _jobs_dir(tmp_path: Path) -> Path:
@@ -87,7 +87,7 @@ def _alias(config_host: str, server: Sshd, known: Path) -> None:
 
 def _why(job: Job) -> str:
     """What a job that did not finish left behind, for the failure message."""
-    control = Path(job.spec["control_dir"])
+    control = Path(job.spec.control_dir)
     names = sorted(p.name for p in control.iterdir()) if control.is_dir() else []
     agent_log = control / "agent.log"
     return (
@@ -125,11 +125,8 @@ job.save_results(seen)
 
 def _warm_up(project: Path) -> None:
     """One job through ``cutbox`` first: the host is audited, so a launch is one command now."""
-    warm = Job(
-        launch(
-            LaunchRequest("print('warm')\n", name="warm", profile="box", host="cutbox"), project
-        ),
-        project,
+    warm = submit(
+        LaunchRequest("print('warm')\n", name="warm", profile="box", host="cutbox"), project
     )
     assert warm.wait(60) == "finished"
 
@@ -140,7 +137,7 @@ def _warm_up(project: Path) -> None:
     "registers and starts nothing, leaves every object under a sha256 name whole (the part-sent "
     "one only under a temporary name), and a launch again runs on exactly the local bytes",
     mutation=(
-        "rgt_jupyter/transport/ssh.py",
+        "rgt_jupyter/transport/ssh/__init__.py",
         'tmp = f"{os.path.dirname(remote)}/.{os.path.basename(remote)}.tmp-{os.getpid()}"',
         "tmp = remote",
     ),
@@ -151,7 +148,7 @@ def test_push_cut_mid_file_leaves_nothing_half_written_trusted(
     """The connection is reset (RST) by the proxy after 2 MiB of a ~4.5 MiB push went up
     (throttled, so the cut falls inside a file) and the host then refuses connections.
 
-    Protection: rgt_jupyter/transport/ssh.py: SSHTransport.put sends each file to a temporary
+    Protection: rgt_jupyter/transport/ssh/__init__.py: SSHTransport.put sends each file to a temporary
     name (``.NAME.tmp-PID``) and renames it only once whole, so an object of the store is
     complete or absent; removed, the part-sent object sits under its sha256 name and the case
     fails.
@@ -175,7 +172,7 @@ def test_push_cut_mid_file_leaves_nothing_half_written_trusted(
         proxy.throttle(3 << 20)
         proxy.arm(2 << 20, up=True, reset=True, refuse=True)
         with pytest.raises(LaunchError) as info:
-            launch(request, project)
+            submit(request, project)
         message = str(info.value)
         assert proxy.resets == 1, "the cut did not happen during the push"
         assert "push to cutbox was interrupted" in message, message
@@ -195,13 +192,13 @@ def test_push_cut_mid_file_leaves_nothing_half_written_trusted(
         proxy.throttle(None)
         proxy.disarm()
         proxy.admit()
-        job = Job(launch(request, project), project)
+        job = submit(request, project)
         assert job.wait(60) == "finished", _why(job)
         assert job.result() == local
         named, _other = _objects(jobs / ".objects")
         assert set(local.values()) <= set(named)
         assert all(sha256(path) == sha for sha, path in named.items())
-    assert evidence.account(Path(job.spec["code_dir"]) / "push tree") == 0
+    assert evidence.account(Path(job.spec.code_dir) / "push tree") == 0
 
 
 STEPS = """\
@@ -230,14 +227,14 @@ def _steps(steps: int, pause: float) -> str:
     "its results pulled verified",
     mutation=[
         (
-            "rgt_jupyter/launch.py",
-            "        record = _reply_lost(tgt, launcher, members, control, len(bundle), exc)\n",
+            "rgt_jupyter/run/launch.py",
+            "        record = _reply_lost(tgt, backend, members, control, len(bundle), exc)\n",
             "        for job_id in ids:\n"
             "            tgt.registry.set_state(job_id, 'failed', reason=str(exc))\n"
             "        raise\n",
         ),
         (
-            "rgt_jupyter/transport/ssh.py",
+            "rgt_jupyter/transport/ssh/__init__.py",
             "            if code == -1 and not transport.is_active():",
             "            if False:",
         ),
@@ -249,9 +246,9 @@ def test_launch_reply_lost_finds_the_started_job(
     """The proxy holds every server-to-client byte once half the launch bundle went up; when
     the job's status.json appears on the host, the connection is reset (RST).
 
-    Protection: rgt_jupyter/launch.py: submit_prepared hands a transport failure of the launch
-    command to _reply_lost, which asks the host (DetachedLauncher.recover: status.json) before
-    calling the job failed; and rgt_jupyter/transport/ssh.py: SSHTransport.exec raises when the
+    Protection: rgt_jupyter/run/launch.py: submit_prepared hands a transport failure of the launch
+    command to _reply_lost, which asks the host (DetachedBackend.recover: status.json) before
+    calling the job failed; and rgt_jupyter/transport/ssh/__init__.py: SSHTransport.exec raises when the
     connection closed before the exit status came (``code == -1 and not
     transport.is_active()``) instead of returning exit -1; removed, the launch fails and the
     job is recorded failed while it runs, and the case fails.
@@ -267,7 +264,7 @@ def test_launch_reply_lost_finds_the_started_job(
 
         def run() -> None:
             try:
-                done["row"] = launch(request, project)
+                done["row"] = submit(request, project)
             except BaseException as exc:  # noqa: BLE001 - judged below
                 done["error"] = exc
 
@@ -284,12 +281,12 @@ def test_launch_reply_lost_finds_the_started_job(
         thread.join(60)
         assert not thread.is_alive(), "the launch hangs after the cut"
         assert "error" not in done, f"the launch failed though the job started: {done['error']}"
-        row = done["row"]
-        assert row["state"] in ("queued", "running")
-        assert row["spec"]["control_dir"] == str(control)
-        assert row["spec"]["agent_pid"] == json.loads(status.read_text())["agent_pid"]
-        assert any("dropped before the launch's reply" in n for n in row["notices"])
-        kinds = [e["kind"] for e in Registry(project).history(row["id"])]
+        launched = done["row"]
+        assert launched.recorded_state in ("queued", "running")
+        assert launched.spec.control_dir == str(control)
+        assert launched.spec.agent_pid == json.loads(status.read_text())["agent_pid"]
+        assert any("dropped before the launch's reply" in n for n in launched.notices)
+        kinds = [e["kind"] for e in Registry(project).history(launched.id)]
         assert "launch_reply_lost" in kinds and "launched" in kinds
         # Exactly one copy runs: one agent and one job process, under the one control dir.
         assert [d.name for d in jobs.glob("lc-*")] == [control.name]
@@ -299,10 +296,10 @@ def test_launch_reply_lost_finds_the_started_job(
         rows = [r for r in Registry(project).jobs() if r["name"] == "lc"]
         assert len(rows) == 1 and rows[0]["state"] in ("queued", "running"), rows
         with pytest.raises(UsageError, match="still (running|queued)"):
-            launch(request, project)
+            submit(request, project)
         assert len([r for r in Registry(project).jobs() if r["name"] == "lc"]) == 1
         assert len([p for p in _processes(str(jobs / "lc-")) if "run" in p]) == 1
-        job = Job(row, project)
+        job = launched
         assert job.wait(60) == "finished", _why(job)
         assert job.result() == {"steps": 12, "resumed_from": 0}
         run = job.pull()
@@ -316,7 +313,7 @@ def test_launch_reply_lost_finds_the_started_job(
     "an error that says the job did not start (its bundle arrived cut short), the job recorded "
     "failed and nothing of it running; a launch again runs it and its results pull verified",
     mutation=(
-        "rgt_jupyter/launcher.py",
+        "rgt_jupyter/backends/detached/launcher.py",
         "if bundle is not None and bundle_size is not None and bundle.size < bundle_size:",
         "if False:",
     ),
@@ -327,7 +324,7 @@ def test_launch_cut_mid_bundle_is_reported_not_started(
     """The proxy resets the connection (RST) once half the launch bundle went up: the launch
     script on the host stores what came and starts the agent on it.
 
-    Protection: rgt_jupyter/launcher.py: DetachedLauncher.recover compares the stored
+    Protection: rgt_jupyter/backends/detached/launcher.py: DetachedBackend.recover compares the stored
     ``bundle.zip`` with the size sent (``bundle.size < bundle_size``): a bundle cut short cannot
     run, so the job did not start; removed, the launch cannot tell, keeps the job queued and the
     case fails.
@@ -340,7 +337,7 @@ def test_launch_cut_mid_bundle_is_reported_not_started(
         request = LaunchRequest(_steps(3, 0.1), name="lb", profile="box", host="cutbox")
         proxy.arm(AGENT.stat().st_size // 2, up=True, reset=True)
         with pytest.raises(LaunchError) as info:
-            launch(request, project)
+            submit(request, project)
         message = str(info.value)
         assert proxy.resets == 1
         assert "did not start" in message and "arrived cut short" in message, message
@@ -354,7 +351,7 @@ def test_launch_cut_mid_bundle_is_reported_not_started(
         assert not [p for p in _processes(str(control)) if "cell" in p]
         snap = Job(row, project).snapshot()  # every later look agrees: failed, and why
         assert snap.state == "failed" and "cut short" in (snap.diagnosis or ""), snap.diagnosis
-        job = Job(launch(request, project), project)
+        job = submit(request, project)
         assert job.wait(60) == "finished", _why(job)
         run = job.pull()
     assert run.verified, run.text()
@@ -384,8 +381,8 @@ STALL_BOUND_S = 15.0
     "once the peer answers again the next call reconnects, the job finishes and its files, intact "
     "on the host, pull verified",
     mutation=(
-        "rgt_jupyter/transport/ssh.py",
-        "self._alive = _Liveness(transport, sock, spec.alias)",
+        "rgt_jupyter/transport/ssh/__init__.py",
+        "self._alive = Liveness(transport, sock, spec.alias)",
         "self._alive = None",
     ),
 )
@@ -400,8 +397,8 @@ def test_silent_peer_is_detected_and_every_call_ends(
     """The proxy stops forwarding both ways and keeps every socket open (no FIN, no RST), first
     while the job runs, then again in the middle of a pull.
 
-    Protection: rgt_jupyter/transport/ssh.py: every connection gets a dead-peer watchdog
-    (``_Liveness``: a keepalive the server must answer once it is silent for RGT_SSH_ALIVE_S,
+    Protection: rgt_jupyter/transport/ssh/__init__.py: every connection gets a dead-peer watchdog
+    (``Liveness``: a keepalive the server must answer once it is silent for RGT_SSH_ALIVE_S,
     the connection closed after 4 silent intervals); removed, a read on the silent connection
     waits forever and the case fails on its time bound.
     """
@@ -415,8 +412,8 @@ def test_silent_peer_is_detected_and_every_call_ends(
         request = LaunchRequest(
             STOPPABLE, name="st", profile="box", host="cutbox", env={"STOP_FILE": str(stop)}
         )
-        job = Job(launch(request, project), project)
-        ckpt = Path(job.spec["ckpt_dir"])
+        job = submit(request, project)
+        ckpt = Path(job.spec.ckpt_dir)
         wait_for(lambda: len(list(ckpt.glob("ckpt-*.json"))) == 3, 30, "three checkpoints")
         evidence.keep(ckpt)
         seen: list[tuple[float, str, str]] = []
@@ -442,7 +439,7 @@ def test_silent_peer_is_detected_and_every_call_ends(
         assert "Try again once `ssh cutbox true` answers" in str(error), error
 
         other = LaunchRequest("print(1)\n", name="st2", profile="box", host="cutbox")
-        error, _, _ = _bounded(lambda: launch(other, project), STALL_BOUND_S)
+        error, _, _ = _bounded(lambda: submit(other, project), STALL_BOUND_S)
         assert isinstance(error, LaunchError), repr(error)
         assert "nothing was started" in str(error) and "[timeout]" in str(error), error
         assert Registry(project).get("st2")["state"] == "failed"
@@ -452,7 +449,7 @@ def test_silent_peer_is_detected_and_every_call_ends(
         assert job.snapshot().state == "running"
         stop.write_text("")
         assert job.wait(60) == "finished", _why(job)
-        out = Path(job.spec["out_dir"])
+        out = Path(job.spec.out_dir)
         evidence.keep(out)
 
         proxy.stall(after_bytes=3 << 20)  # silent again, in the middle of the pull's 6 MiB file
@@ -473,7 +470,7 @@ def test_silent_peer_is_detected_and_every_call_ends(
     "processes run on, the watcher reports the gap as 'cannot observe' (never failed or lost), "
     "job.wait and the watcher reconnect, the job finishes and its checkpoints pull verified",
     mutation=(
-        "rgt_jupyter/watch.py",
+        "rgt_jupyter/run/watch/watcher.py",
         'prev.state if prev else "queued",',
         '"lost",',
     ),
@@ -484,18 +481,15 @@ def test_sshd_restart_while_the_job_runs(
     """The real sshd (listener and every per-connection process) is stopped, stays down until
     the watcher has noticed, and is started again on the same port with the same host key.
 
-    Protection: rgt_jupyter/watch.py: Watcher._unreachable keeps the last known state of a job
+    Protection: rgt_jupyter/run/watch/watcher.py: Watcher._unreachable keeps the last known state of a job
     whose host cannot be reached (``prev.state if prev else "queued"``), with a diagnosis that
     says so; removed, the gap shows as a lost job and the case fails.
     """
-    job = Job(
-        launch(LaunchRequest(_steps(16, 0.3), name="rs", profile="box", host="testbox"), project),
-        project,
-    )
+    job = submit(LaunchRequest(_steps(16, 0.3), name="rs", profile="box", host="testbox"), project)
     seen: list[tuple[str, str]] = []
     watcher = Watcher(min_interval=0.2, max_interval=0.4)
     watcher.subscribe(job, lambda snap: seen.append((snap.state, snap.diagnosis or "")))
-    ckpt = Path(job.spec["ckpt_dir"])
+    ckpt = Path(job.spec.ckpt_dir)
     wait_for(lambda: len(list(ckpt.glob("ckpt-*.json"))) >= 3, 30, "three checkpoints")
     status = control_json(job, "status.json")
     assert status is not None
@@ -530,13 +524,13 @@ def test_sshd_restart_while_the_job_runs(
     "checkpoints written before stay, and a resume starts from the last of them",
     mutation=[
         (
-            "rgt_jupyter/launch.py",
+            "rgt_jupyter/run/launch.py",
             'and previous["state"] in ("preempted", "failed", "lost")',
             'and previous["state"] in ("preempted", "failed")',
         ),
         (
-            "rgt_jupyter/status.py",
-            'if status.get("boot_id") not in (None, boot):',
+            "rgt_jupyter/jobs/observe.py",
+            "if status.boot_id not in (None, boot):",
             "if False:",
         ),
     ],
@@ -548,9 +542,9 @@ def test_reboot_leaves_the_job_lost_and_resumable(
     reboot stops the agent and the job (SIGSTOP), kills them (SIGKILL), writes a new boot id and
     restarts sshd. (The pids and the uptime of a real reboot are not simulated.)
 
-    Protection: rgt_jupyter/launch.py: a job whose previous attempt ended ``lost`` is resumed
+    Protection: rgt_jupyter/run/launch.py: a job whose previous attempt ended ``lost`` is resumed
     into the same checkpoint dir (``previous["state"] in ("preempted", "failed", "lost")``);
-    and rgt_jupyter/status.py: a status.json from another boot is not taken for the running
+    and rgt_jupyter/jobs/observe.py: a status.json from another boot is not taken for the running
     agent and the diagnosis names the reboot; removed, the resume starts over (or the reboot goes
     unnamed) and the case fails.
     """
@@ -562,8 +556,8 @@ def test_reboot_leaves_the_job_lost_and_resumable(
     with start_sshd(root, boot_id=boot) as server:
         _alias("rebootbox", server, box)
         request = LaunchRequest(_steps(40, 0.1), name="rb", profile="box", host="rebootbox")
-        job = Job(launch(request, project), project)
-        ckpt = Path(job.spec["ckpt_dir"])
+        job = submit(request, project)
+        ckpt = Path(job.spec.ckpt_dir)
         wait_for(lambda: len(list(ckpt.glob("ckpt-*.json"))) >= 4, 30, "four checkpoints")
         status = control_json(job, "status.json")
         assert status is not None and status["boot_id"] == first_boot  # the host's own boot id
@@ -585,7 +579,7 @@ def test_reboot_leaves_the_job_lost_and_resumable(
         assert control_json(job, "exit.json") is None
         assert evidence.account(ckpt) == 0  # the checkpoints outlived the reboot
         again = job.resume()
-        assert again.spec["ckpt_dir"] == job.spec["ckpt_dir"] and again.spec["resume"]
+        assert again.spec.ckpt_dir == job.spec.ckpt_dir and again.spec.resume
         assert again.wait(60) == "finished", _why(again)
         assert again.result() == {"steps": 40, "resumed_from": last}
         run = again.pull()

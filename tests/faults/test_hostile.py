@@ -11,15 +11,16 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
+from rgt_jupyter import submit
 from rgt_jupyter.errors import UsageError as RgtUsageError
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.names import JOB_NAME_RULE, check_job_name
-from rgt_jupyter.registry import Registry
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.store.names import JOB_NAME_RULE, check_job_name
+from rgt_jupyter.store.registry import Registry
 
 from .evidence import Evidence
 
 ALLOWLIST = (
-    "rgt_jupyter/names.py",
+    "rgt_jupyter/store/names.py",
     'if not isinstance(name, str) or not JOB_NAME_RE.fullmatch(name) or ".." in name:',
     "if not isinstance(name, str):",
 )
@@ -74,12 +75,12 @@ def test_hostile_job_names_are_refused_before_anything_runs(
 ) -> None:
     """A hostile ``--name`` through the API.
 
-    Protection: rgt_jupyter/names.py ``check_job_name``: the allowlist regex and the '..' rule;
+    Protection: rgt_jupyter/store/names.py ``check_job_name``: the allowlist regex and the '..' rule;
     removed, the name reaches paths and command lines and the case fails.
     """
     evidence.sentinel(project.parent / "beside")
     with pytest.raises(RgtUsageError) as info:
-        launch(LaunchRequest(program="open('ran', 'w').write('x')\n", name=name), project)
+        submit(LaunchRequest(program="open('ran', 'w').write('x')\n", name=name), project)
     assert JOB_NAME_RULE in str(info.value)
     assert Registry(project).jobs() == []
     assert not (project / ".rgt" / "local").exists()
@@ -99,7 +100,7 @@ def test_hostile_names_through_the_magic(
 ) -> None:
     """A hostile ``--name`` through the cell magic.
 
-    Protection: rgt_jupyter/names.py ``check_job_name``: the allowlist; removed, the magic
+    Protection: rgt_jupyter/store/names.py ``check_job_name``: the allowlist; removed, the magic
     launches a job under that name and the case fails.
     """
     evidence.sentinel(project.parent / "beside")
@@ -122,7 +123,7 @@ def test_allowlist_accepts_ordinary_names() -> None:
     asserts="a project, pushed files and an env value full of shell syntax reach the job "
     "byte for byte; no shell interprets them; the sources and a sentinel stay untouched",
     mutation=(
-        "rgt_jupyter/launcher.py",
+        "rgt_jupyter/backends/detached/launcher.py",
         'setsid "$python" -u "$control/bundle.zip" run "$control"',
         'setsid "$python" -u $control/bundle.zip run $control',
     ),
@@ -132,7 +133,7 @@ def test_hostile_paths_are_handled_exactly(
 ) -> None:
     """Hostile paths (spaces, quotes, ``$(...)``, backticks, newlines, a leading '-').
 
-    Protection: rgt_jupyter/launcher.py: the launch script quotes every path it is given
+    Protection: rgt_jupyter/backends/detached/launcher.py: the launch script quotes every path it is given
     (``"$control"``) and receives them as positional parameters; unquoted where it starts the
     agent, the control dir of a project under such a path splits into words, the job never
     starts and the case fails.
@@ -162,7 +163,7 @@ def test_hostile_paths_are_handled_exactly(
         "job.save_results({'files': out, 'env': os.environ['TRICKY']})\n"
     )
     tricky = "$(touch pwned); `touch pwned` 'x' \"y\" \\n"
-    row = launch(
+    job = submit(
         LaunchRequest(
             program=program,
             name="hostile",
@@ -171,9 +172,6 @@ def test_hostile_paths_are_handled_exactly(
         ),
         project,
     )
-    from rgt_jupyter.api import Job
-
-    job = Job(row, project)
     assert job.wait(60) == "finished", job.log()
     results = job.result()
     expected = {f"./{f}": f"content {i}" for i, f in enumerate(HOSTILE_FILES)}

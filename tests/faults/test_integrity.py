@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
 from rgt_jupyter.cli import main as rgt_main
 from rgt_jupyter.errors import UsageError
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.teardown import Gate, compute_gate, decide, stop_meter
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.run.teardown import Gate, compute_gate, decide, stop_meter
 
 from ..conftest import pid_alive, wait_for
 from ..fakeclouds import RunPodFake
@@ -61,7 +62,7 @@ def _sha(path: Path) -> str:
 
 
 def _finished(project: Path, program: str, name: str, profile: str = "pod") -> Job:
-    job = Job(launch(LaunchRequest(program=program, name=name, profile=profile), project), project)
+    job = submit(LaunchRequest(program=program, name=name, profile=profile), project)
     assert job.wait(120) == "finished", job.log()
     return job
 
@@ -100,7 +101,7 @@ def _save_late_checkpoint(job: Job, step: int) -> Path:
         "import rgt_jupyter.job as job\n"
         f"print(job.save_checkpoint({{'w': [1.0] * 8, 'step': {step}}}, step={step}, keep=9))\n"
     )
-    env = {**os.environ, "RGT_CKPT_DIR": job.spec["ckpt_dir"], "RGT_OUT": job.spec["out_dir"]}
+    env = {**os.environ, "RGT_CKPT_DIR": job.spec.ckpt_dir, "RGT_OUT": job.spec.out_dir}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
@@ -116,7 +117,7 @@ def _save_late_checkpoint(job: Job, step: int) -> Path:
         "verified pull covering the machine opens it again"
     ),
     mutation=(
-        "rgt_jupyter/teardown.py",
+        "rgt_jupyter/run/teardown.py",
         "        changed = drift(gate, project)\n",
         "        changed: dict[str, list[str]] = {}\n",
     ),
@@ -128,12 +129,12 @@ def test_late_checkpoint_closes_the_gate(
 ) -> None:
     """A gate that passed is acted on only if what it covered still holds.
 
-    Protection: rgt_jupyter/teardown.py: ``decide`` re-lists the machine's files (one agent
+    Protection: rgt_jupyter/run/teardown.py: ``decide`` re-lists the machine's files (one agent
     listing per job, end-of-job hashes reused) against the runs the gate covered before it
     records an approval (``drift``), and refuses when a file appeared or changed; removed, the
     approval of a gate computed before the new checkpoint goes through and the meter stops.
     """
-    from rgt_jupyter.teardown_view import TeardownView
+    from rgt_jupyter.views.teardown_view import TeardownView
 
     job = _finished(project, LIGHT_TRAIN, "late")
     first = job.pull()
@@ -144,7 +145,7 @@ def test_late_checkpoint_closes_the_gate(
 
     # 1. a checkpoint appears after the verified pull
     late = _save_late_checkpoint(job, 7)
-    evidence.keep(job.spec["out_dir"], job.spec["ckpt_dir"])
+    evidence.keep(job.spec.out_dir, job.spec.ckpt_dir)
     fresh = compute_gate(job._row, project)
     assert not fresh.passed
     failing = _failing(fresh)
@@ -184,7 +185,7 @@ def test_late_checkpoint_closes_the_gate(
     assert reopened.passed, reopened.text()
 
     # 2. an output changes after the verified pull
-    preds = Path(job.spec["out_dir"]) / "preds.csv"
+    preds = Path(job.spec.out_dir) / "preds.csv"
     original = preds.read_bytes()
     preds.write_bytes(original.replace(b"1,1", b"1,2", 1))
     closed = compute_gate(job._row, project)
@@ -213,7 +214,7 @@ def test_late_checkpoint_closes_the_gate(
         "loaded, the run not verified, and the teardown gate stays closed"
     ),
     mutation=(
-        "rgt_jupyter/pull.py",
+        "rgt_jupyter/run/pull/__init__.py",
         '    if end_manifest is not None and end_manifest[rel]["sha256"] != got:\n',
         "    if False:\n",
     ),
@@ -227,12 +228,12 @@ def test_altered_after_the_job_ended(
     One bit flipped leaves the size as it was, and a checkpoint's own ``.sha256`` record can be
     rewritten along with it: only the end-of-job manifest still knows the job's bytes.
 
-    Protection: rgt_jupyter/pull.py: ``_judge`` compares the bytes that arrived with the sha256
+    Protection: rgt_jupyter/run/pull/__init__.py: ``_judge`` compares the bytes that arrived with the sha256
     of the end-of-job manifest (``end_manifest[rel]["sha256"] != got``); removed, the flipped
     output and the flipped checkpoint with its rewritten record land verified.
     """
     job = _finished(project, TRAIN, "alt")
-    out, ckpt = Path(job.spec["out_dir"]), Path(job.spec["ckpt_dir"])
+    out, ckpt = Path(job.spec.out_dir), Path(job.spec.ckpt_dir)
     c1, c2, c3 = (ckpt / f"ckpt-{s:010d}.pt" for s in (1, 2, 3))
     as_written = {p: p.read_bytes() for p in (out / "preds.csv", out / "curve.csv", c1, c2)}
 
@@ -352,7 +353,7 @@ def _grows(path: Path) -> bool:
         "the gate stays closed throughout"
     ),
     mutation=(
-        "rgt_jupyter/pull.py",
+        "rgt_jupyter/run/pull/__init__.py",
         '    if got != entry["sha256"] or size != int(entry["size"]):\n',
         "    if False:\n",
     ),
@@ -364,20 +365,20 @@ def test_file_growing_during_the_pull(
 ) -> None:
     """A finished job whose leftover process keeps appending to ``$RGT_OUT/events.log``.
 
-    Protection: rgt_jupyter/pull.py: ``_judge`` compares the bytes that arrived with the listing
+    Protection: rgt_jupyter/run/pull/__init__.py: ``_judge`` compares the bytes that arrived with the listing
     taken at the start of the pull (``got != entry["sha256"] or size != ...``: "changed at the
     source during the pull"); removed, a job without an end-of-job manifest gets the growing
     file verified with whatever bytes the read happened to see.
     """
     job = _finished(project, GROWING, "grow")
-    out, control = Path(job.spec["out_dir"]), Path(job.spec["control_dir"])
+    out, control = Path(job.spec.out_dir), Path(job.spec.control_dir)
     log, stop, pidfile = out / "events.log", out.parent / "stop", out.parent / "pid"
     end_manifest = json.loads((control / "manifest.json").read_text())["files"]
     assert "outputs/events.log" in end_manifest  # written by the job before it ended
     wait_for(pidfile.exists, 30, "the leftover writer to start")
     writer = int(pidfile.read_text())
     try:
-        evidence.keep(out / "results.json", job.spec["ckpt_dir"])
+        evidence.keep(out / "results.json", job.spec.ckpt_dir)
         assert _grows(log)
 
         # 1. pulled while it grows

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.registry import Registry
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.store.registry import Registry
 
 from ..conftest import pid_alive, wait_for
 from ..kernels import _execute, _kernel_spec_manager, _shutdown, _start_kernel, send
@@ -83,7 +84,7 @@ def _sha(path: Path) -> str:
 def _job_files(job: Job) -> dict[str, str]:
     """The job's files as a pull names them, with their sha256 (read where they were written)."""
     out: dict[str, str] = {}
-    for prefix, root in (("outputs", job.spec["out_dir"]), ("checkpoints", job.spec["ckpt_dir"])):
+    for prefix, root in (("outputs", job.spec.out_dir), ("checkpoints", job.spec.ckpt_dir)):
         for path in Path(root).rglob("*"):
             if path.is_file():
                 out[f"{prefix}/{path.relative_to(root).as_posix()}"] = _sha(path)
@@ -91,7 +92,7 @@ def _job_files(job: Job) -> dict[str, str]:
 
 
 def _finished(project: Path, program: str, name: str) -> Job:
-    job = Job(launch(LaunchRequest(program=program, name=name), project), project)
+    job = submit(LaunchRequest(program=program, name=name), project)
     assert job.wait(120) == "finished", job.log()
     return job
 
@@ -137,14 +138,18 @@ def _rename_kind(src: str, dst: str, partial: str) -> str:
         "job's, and leaves no claimed empty folder, partial or temporary behind"
     ),
     mutation=[
-        ("rgt_jupyter/project.py", "                entry.unlink()\n", "                pass\n"),
         (
-            "rgt_jupyter/project.py",
+            "rgt_jupyter/run/pull/resume.py",
+            "                entry.unlink()\n",
+            "                pass\n",
+        ),
+        (
+            "rgt_jupyter/run/pull/resume.py",
             "                    folder.rmdir()\n",
             "                    pass\n",
         ),
         (
-            "rgt_jupyter/project.py",
+            "rgt_jupyter/run/pull/resume.py",
             "                registry.add_run(folder.name, job_id, folder, verified)\n",
             "                continue\n",
         ),
@@ -154,7 +159,7 @@ def test_pull_killed_at_each_rename(project: Path, tmp_path: Path, evidence: Evi
     """SIGKILL at every rename of a pull (the k-th ``os.replace``/``os.rename``, before and after
     the call), then a plain pull.
 
-    Protection: rgt_jupyter/project.py: ``settle_interrupted_pull`` (called by ``pull.pull``
+    Protection: rgt_jupyter/run/pull/resume.py: ``settle_interrupted_pull`` (called by ``pull.pull``
     before it pulls) removes temporaries of interrupted record writes from the partial folder
     (``entry.unlink()``), removes an empty folder claimed for a run that never landed
     (``folder.rmdir()``) and registers a run folder that landed whole but was never registered,
@@ -163,10 +168,12 @@ def test_pull_killed_at_each_rename(project: Path, tmp_path: Path, evidence: Evi
     the landed run is left unregistered beside a second one.
     """
     job = _finished(project, SMALL_JOB, "rk")
-    evidence.keep(job.spec["out_dir"], job.spec["ckpt_dir"])
+    evidence.keep(job.spec.out_dir, job.spec.ckpt_dir)
     job_files = _job_files(job)
     sizes = {
-        rel: (Path(job.spec["out_dir" if top == "outputs" else "ckpt_dir"]) / sub).stat().st_size
+        rel: (Path(job.spec.out_dir if top == "outputs" else job.spec.ckpt_dir) / sub)
+        .stat()
+        .st_size
         for rel in job_files
         for top, sub in [rel.split("/", 1)]
     }
@@ -254,7 +261,7 @@ WRITER = """\
 import json, os, random, sys
 from pathlib import Path
 
-from rgt_jupyter.registry import Registry
+from rgt_jupyter.store.registry import Registry
 
 project, tag, seed, log = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 rnd = random.Random(seed)
@@ -314,7 +321,7 @@ class Conn(sqlite3.Connection):
 
 
 sqlite3.connect = lambda *a, **k: real_connect(*a, factory=Conn, **k)
-from rgt_jupyter.registry import Registry
+from rgt_jupyter.store.registry import Registry
 
 project = Path(sys.argv[1])
 Registry(project).add_run("torn-r1", sys.argv[2], project / "runs" / "torn-r1", True)
@@ -325,7 +332,7 @@ READER = """\
 import os, sys
 from pathlib import Path
 
-from rgt_jupyter.registry import Registry
+from rgt_jupyter.store.registry import Registry
 
 project, stop = Path(sys.argv[1]), sys.argv[2]
 reads = 0
@@ -373,7 +380,7 @@ def _registry_rows(project: Path) -> dict[str, Any]:
         "and a pull work afterwards"
     ),
     mutation=(
-        "rgt_jupyter/registry.py",
+        "rgt_jupyter/store/registry.py",
         '        with self._connect() as db, _atomic(db):\n            db.execute(\n                "INSERT INTO runs',
         '        with self._connect() as db:\n            db.execute(\n                "INSERT INTO runs',
     ),
@@ -381,13 +388,13 @@ def _registry_rows(project: Path) -> dict[str, Any]:
 def test_registry_writers_killed(project: Path, tmp_path: Path, evidence: Evidence) -> None:
     """SQLite under kills: WAL, one transaction per write that changes more than one row.
 
-    Protection: rgt_jupyter/registry.py: ``add_run`` records the run and its ``pulled`` event
+    Protection: rgt_jupyter/store/registry.py: ``add_run`` records the run and its ``pulled`` event
     in one transaction (``with self._connect() as db, _atomic(db):``, BEGIN IMMEDIATE ...
     COMMIT); removed, a writer killed between the two (once at random, once exactly there)
     leaves a run without its event.
     """
     job = _finished(project, SMALL_JOB, "before")  # a job of the project, pulled afterwards
-    evidence.keep(job.spec["out_dir"], job.spec["ckpt_dir"])
+    evidence.keep(job.spec.out_dir, job.spec.ckpt_dir)
     writer_py, reader_py = tmp_path / "writer.py", tmp_path / "reader.py"
     writer_py.write_text(WRITER)
     reader_py.write_text(READER)
@@ -492,7 +499,7 @@ job.save_results({{"mib": {BIG_MIB}}})
         "ends verified, and exactly one run appears, its file the job's to the byte"
     ),
     mutation=(
-        "rgt_jupyter/pull.py",
+        "rgt_jupyter/run/pull/__init__.py",
         "    if part.exists() and part.stat().st_size <= size:\n",
         "    if False:\n",
     ),
@@ -503,18 +510,17 @@ def test_kernel_killed_mid_pull(
     """``%pull`` in a real Jupyter kernel, over SSH through a throttled proxy, the kernel killed
     with SIGKILL a third of the way through the transfer.
 
-    Protection: rgt_jupyter/pull.py: ``_fetch`` resumes from the ``.part`` an interrupted pull
+    Protection: rgt_jupyter/run/pull/__init__.py: ``_fetch`` resumes from the ``.part`` an interrupted pull
     left (``if part.exists() and part.stat().st_size <= size``: its bytes re-hashed, the rest
     read from that offset); removed, the new kernel's pull sends every byte again.
     """
     with cutbox(sshd, box) as proxy:
-        row = launch(
+        job = submit(
             LaunchRequest(program=BIG_JOB, name="big", profile="box", host="cutbox"), project
         )
-        job = Job(row, project)
         assert job.wait(180) == "finished", job.log()
         proxy.throttle(RATE)
-        out = Path(job.spec["out_dir"])  # the remote home is on this disk
+        out = Path(job.spec.out_dir)  # the remote home is on this disk
         evidence.keep(out)
         total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
         big = out / "big.bin"

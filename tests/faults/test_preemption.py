@@ -109,7 +109,7 @@ def _load(path: str) -> dict[str, torch.Tensor]:
     "re-running the cell resumes from that checkpoint and ends bit-identical to an "
     "uninterrupted run",
     mutation=(
-        "rgt_jupyter/job.py",
+        "rgt_jupyter/remote/job.py",
         "    _install_handlers()\n    atexit.register(_record_torch)",
         "    atexit.register(_record_torch)",
     ),
@@ -119,19 +119,19 @@ def test_preempt_then_resume_matches_uninterrupted_run(
 ) -> None:
     """A real SIGTERM to the training process of a deterministic CPU run.
 
-    Protection: rgt_jupyter/job.py: inside a job, ``_install_handlers()`` turns SIGTERM into
+    Protection: rgt_jupyter/remote/job.py: inside a job, ``_install_handlers()`` turns SIGTERM into
     ``job.preempted()`` so the program saves at its step boundary; without the handlers the
     signal kills it mid-step, no checkpoint is saved and the case fails.
     """
     # A: the reference, uninterrupted.
     job_a = _run_cell(ip, "A")
     assert job_a.wait(timeout=120) == "finished", job_a.log()
-    final_a = _load(os.path.join(job_a.spec["out_dir"], "final.pt"))
+    final_a = _load(os.path.join(job_a.spec.out_dir, "final.pt"))
     assert "RGT_RESUME=0" in job_a.log()
 
     # B: the same program, SIGTERM to the training process in the middle of the run.
     job_b = _run_cell(ip, "B")
-    control_b = Path(job_b.spec["control_dir"])
+    control_b = Path(job_b.spec.control_dir)
 
     def progressed() -> bool:
         snap = job_b.snapshot(log_lines=0)
@@ -153,27 +153,27 @@ def test_preempt_then_resume_matches_uninterrupted_run(
     assert m, job_b.log()
     preempt_step = int(m.group(1))
     assert seen_step <= preempt_step < TOTAL
-    steps = _ckpt_steps(job_b.spec["ckpt_dir"])
+    steps = _ckpt_steps(job_b.spec.ckpt_dir)
     assert steps[-1] == preempt_step, steps
     last_periodic = (preempt_step - 1) // 10 * 10
     # Saved on preemption: newer than the last periodic checkpoint, or exactly at a boundary.
     assert preempt_step > last_periodic
     assert last_periodic in steps
-    saved = _load(os.path.join(job_b.spec["ckpt_dir"], f"ckpt-{preempt_step:010d}.pt"))
+    saved = _load(os.path.join(job_b.spec.ckpt_dir, f"ckpt-{preempt_step:010d}.pt"))
     assert saved["step"] == preempt_step
-    assert not os.path.exists(os.path.join(job_b.spec["out_dir"], "final.pt"))
+    assert not os.path.exists(os.path.join(job_b.spec.out_dir, "final.pt"))
     # What the preempted attempt saved survives its end (the resume reads it next).
-    evidence.keep(job_b.spec["ckpt_dir"])
+    evidence.keep(job_b.spec.ckpt_dir)
     evidence.keep_prefix(control_b / "log")
-    assert evidence.account(job_b.spec["ckpt_dir"], control_b) == 0
+    assert evidence.account(job_b.spec.ckpt_dir, control_b) == 0
 
     # Re-running the same cell under the same name resumes from that checkpoint.
     job_b2 = _run_cell(ip, "B")
     assert job_b2.id != job_b.id
-    assert job_b2.spec["resume"] is True
-    assert job_b2.spec["previous_job"] == job_b.id
-    assert job_b2.spec["ckpt_dir"] == job_b.spec["ckpt_dir"]
-    assert job_b2.spec["out_dir"] == job_b.spec["out_dir"]
+    assert job_b2.spec.resume is True
+    assert job_b2.spec.previous_job == job_b.id
+    assert job_b2.spec.ckpt_dir == job_b.spec.ckpt_dir
+    assert job_b2.spec.out_dir == job_b.spec.out_dir
     assert job_b2.wait(timeout=120) == "finished", job_b2.log()
     snap_b2 = job_b2.snapshot()
     assert snap_b2.resume_attempt == 2
@@ -184,7 +184,7 @@ def test_preempt_then_resume_matches_uninterrupted_run(
     first = job_b2.progress_records()[0]
     assert first["step"] == preempt_step + 1
 
-    final_b = _load(os.path.join(job_b2.spec["out_dir"], "final.pt"))
+    final_b = _load(os.path.join(job_b2.spec.out_dir, "final.pt"))
     assert final_a.keys() == final_b.keys()
     for key in final_a:
         assert torch.equal(final_a[key], final_b[key]), f"{key} differs from the reference run"

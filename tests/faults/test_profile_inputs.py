@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
-from rgt_jupyter.registry import Registry
+from rgt_jupyter.store.registry import Registry
 
 from ..conftest import run_cell
 from .evidence import Evidence
@@ -36,7 +36,7 @@ BAD_PROFILES = {
     "what is wrong; no job is registered, no control dir or durable dir is created, nothing "
     "runs, the sentinel is untouched",
     mutation=(
-        "rgt_jupyter/profiles.py",
+        "rgt_jupyter/machines/profiles.py",
         "        if not _type_ok(kind, value):\n",
         "        if False:\n",
     ),
@@ -47,7 +47,7 @@ def test_a_malformed_profile_is_refused_before_anything_runs(
 ) -> None:
     """The profile a cell names is broken in one of the ways users break them.
 
-    Protection: rgt_jupyter/profiles.py ``_check_keys``: every field's type is checked
+    Protection: rgt_jupyter/machines/profiles.py ``_check_keys``: every field's type is checked
     (``_type_ok``) when the profile loads; removed, a wrong type (a string for ``grace_s``, a
     number for ``kind``, a string for ``survives_stop``) passes and the launch goes on or fails
     later with a traceback, so the case fails for those inputs.

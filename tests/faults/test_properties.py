@@ -26,15 +26,16 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from rgt_jupyter.args import RUN_ARGS, magic_parser, parse_line
+from rgt_jupyter.backends.base import Backend
+from rgt_jupyter.backends.detached import DetachedBackend, TmuxBackend
+from rgt_jupyter.backends.k8s.launcher import K8sBackend
+from rgt_jupyter.backends.slurm.launcher import SlurmBackend
 from rgt_jupyter.deliver.numtokens import METRIC_WORDS, CodeScanner, TextScanner, Token
 from rgt_jupyter.errors import PullError, UsageError
-from rgt_jupyter.k8s_launch import K8sLauncher
-from rgt_jupyter.launch import default_name
-from rgt_jupyter.launcher import DetachedLauncher, Launcher, TmuxLauncher
-from rgt_jupyter.names import JOB_NAME_RULE, check_job_name
-from rgt_jupyter.pull import check_space, safe_relpath, validate_listing
-from rgt_jupyter.slurm import SlurmLauncher
-from rgt_jupyter.transport.stream import read_command
+from rgt_jupyter.run.launch import default_name
+from rgt_jupyter.run.pull import check_space, safe_relpath, validate_listing
+from rgt_jupyter.store.names import JOB_NAME_RULE, check_job_name
+from rgt_jupyter.transport.ssh.stream import read_command
 
 # The CI box is small and shared: no per-example deadline, examples sized to keep the file fast.
 FAST = settings(max_examples=100, deadline=None)
@@ -134,7 +135,7 @@ def test_well_formed_listings_are_accepted(files: dict[str, dict[str, Any]]) -> 
     asserts="any path with .., /, an empty part or NUL is refused whole with a PullError naming it",
     na="generated inputs checked in memory: no files are involved",
     mutation=(
-        "rgt_jupyter/pull.py",
+        "rgt_jupyter/run/pull/__init__.py",
         'if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\x00" in rel:',
         "if False:",
     ),
@@ -146,7 +147,7 @@ def test_well_formed_listings_are_accepted(files: dict[str, dict[str, Any]]) -> 
 @example(bad="outputs/a\x00b")
 @given(bad=escaping_paths())
 def test_escaping_paths_are_refused(bad: str) -> None:
-    """Protection: rgt_jupyter/pull.py ``safe_relpath``: the test for ``/``, ``..``, empty
+    """Protection: rgt_jupyter/run/pull/__init__.py ``safe_relpath``: the test for ``/``, ``..``, empty
     parts and NUL; removed, escaping paths pass and the case fails.
     """
     with pytest.raises(PullError, match="rejected") as info:
@@ -375,7 +376,7 @@ def test_names_the_rule_allows_are_accepted(name: str) -> None:
     asserts="any generated hostile job name is refused with the rule spelled out",
     na="generated inputs checked in memory: no files are involved",
     mutation=(
-        "rgt_jupyter/names.py",
+        "rgt_jupyter/store/names.py",
         'if not isinstance(name, str) or not JOB_NAME_RE.fullmatch(name) or ".." in name:',
         "if not isinstance(name, str):",
     ),
@@ -386,7 +387,7 @@ def test_names_the_rule_allows_are_accepted(name: str) -> None:
 @example(name="ok\n")
 @given(name=hostile_names())
 def test_hostile_names_are_refused_with_the_rule(name: str) -> None:
-    """Protection: rgt_jupyter/names.py ``check_job_name``: the allowlist; removed, hostile
+    """Protection: rgt_jupyter/store/names.py ``check_job_name``: the allowlist; removed, hostile
     names are accepted and the case fails.
     """
     with pytest.raises(UsageError) as info:
@@ -501,14 +502,14 @@ def _shell_words(shell: str, script: str, cwd: str) -> list[str]:
 
 
 @FAST
-@example(launcher=DetachedLauncher(), python="/usr/bin/python3", control="/srv/rgt jobs/it's $(x)")
+@example(launcher=DetachedBackend(), python="/usr/bin/python3", control="/srv/rgt jobs/it's $(x)")
 @given(
-    launcher=st.sampled_from([DetachedLauncher(), TmuxLauncher(), SlurmLauncher(), K8sLauncher()]),
+    launcher=st.sampled_from([DetachedBackend(), TmuxBackend(), SlurmBackend(), K8sBackend()]),
     python=st.one_of(ANY_TEXT, st.sampled_from(NASTY_ARGS)),
     control=st.one_of(ANY_TEXT, st.sampled_from(NASTY_ARGS)),
 )
 def test_a_launch_line_splits_back_into_exactly_its_argv(
-    launcher: Launcher, python: str, control: str
+    launcher: Backend, python: str, control: str
 ) -> None:
     argv = launcher.render(python, control)
     assert shlex.split(launcher.launch_line(python, control)) == argv
@@ -520,24 +521,24 @@ def test_a_launch_line_splits_back_into_exactly_its_argv(
     asserts="dash and bash given the launch line get back exactly the argv and run nothing else",
     na="generated inputs checked in memory: no files are involved",
     mutation=(
-        "rgt_jupyter/launcher.py",
+        "rgt_jupyter/backends/base.py",
         "return shlex.join(self.render(python, control_dir))",
         'return " ".join(self.render(python, control_dir))',
     ),
 )
 @FEW
-@example(launcher=DetachedLauncher(), python="$(touch pwned)", control="`touch pwned`;x")
+@example(launcher=DetachedBackend(), python="$(touch pwned)", control="`touch pwned`;x")
 @given(
-    launcher=st.sampled_from([DetachedLauncher(), TmuxLauncher(), SlurmLauncher()]),
+    launcher=st.sampled_from([DetachedBackend(), TmuxBackend(), SlurmBackend()]),
     python=st.one_of(ANY_TEXT, st.sampled_from(NASTY_ARGS)),
     control=st.one_of(ANY_TEXT, st.sampled_from(NASTY_ARGS)),
 )
 def test_a_real_shell_gets_the_launch_argv_back_and_runs_nothing_else(
-    launcher: Launcher, python: str, control: str
+    launcher: Backend, python: str, control: str
 ) -> None:
     """The line's leading ``sh`` is replaced by a shell function that prints its arguments.
 
-    Protection: rgt_jupyter/launcher.py ``Launcher.launch_line``: ``shlex.join`` quotes
+    Protection: rgt_jupyter/backends/base.py ``Backend.launch_line``: ``shlex.join`` quotes
     every word; joined unquoted, a real shell splits and expands them and the case fails.
     """
     argv = launcher.render(python, control)

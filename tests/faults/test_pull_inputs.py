@@ -14,7 +14,7 @@ from ..pulljobs import finished, sha
 from .evidence import Evidence
 
 LISTING = (
-    "rgt_jupyter/pull.py",
+    "rgt_jupyter/run/pull/__init__.py",
     '    validate_listing(files, listing.get("refused", []))',
     "    pass",
 )
@@ -26,7 +26,7 @@ LISTING = (
     "mismatches kept as .part, never under their names; the run is not verified; the earlier "
     "good run is untouched",
     mutation=(
-        "rgt_jupyter/pull.py",
+        "rgt_jupyter/run/pull/__init__.py",
         '    if end_manifest is not None and end_manifest[rel]["sha256"] != got:',
         "    if False:",
     ),
@@ -34,13 +34,13 @@ LISTING = (
 def test_altered_and_truncated_sources_are_mismatches(project: Path, evidence: Evidence) -> None:
     """The job's files changed on its machine after it ended (and after a first good pull).
 
-    Protection: rgt_jupyter/pull.py ``_judge``: the bytes that arrived are compared with the
+    Protection: rgt_jupyter/run/pull/__init__.py ``_judge``: the bytes that arrived are compared with the
     end-of-job manifest the agent wrote; removed, the altered files are taken as they are now
     and the case fails.
     """
     job = finished(project)
-    out = Path(job.spec["out_dir"])
-    ckpt = Path(job.spec["ckpt_dir"])
+    out = Path(job.spec.out_dir)
+    ckpt = Path(job.spec.ckpt_dir)
     good = job.pull()
     evidence.keep(good.path)
     good_files = {p: sha(p) for p in good.path.rglob("*") if p.is_file()}
@@ -75,7 +75,7 @@ def test_altered_and_truncated_sources_are_mismatches(project: Path, evidence: E
     "weights_only loader in its own process: no code runs, the checkpoint is not trusted, "
     "the run is not verified",
     mutation=(
-        "rgt_jupyter/safe_load.py",
+        "rgt_jupyter/run/safe_load.py",
         'obj = torch.load(path, map_location="cpu", weights_only=True)',
         'obj = torch.load(path, map_location="cpu", weights_only=False)',
     ),
@@ -85,7 +85,7 @@ def test_checkpoint_that_does_not_load_safely_is_not_verified(
 ) -> None:
     """A pickled object that runs code when unpickled: weights_only=True must refuse it.
 
-    Protection: rgt_jupyter/safe_load.py: ``torch.load(..., weights_only=True)``; with a plain
+    Protection: rgt_jupyter/run/safe_load.py: ``torch.load(..., weights_only=True)``; with a plain
     load the pickle runs ``os.system``, the marker file appears and the case fails.
     """
     sentinel = evidence.sentinel(project.parent / "beside")
@@ -145,21 +145,21 @@ def test_hostile_listing_is_rejected_before_any_write(
 ) -> None:
     """The machine the job ran on is not trusted: its agent is replaced by one that lies.
 
-    Protection: rgt_jupyter/pull.py ``pull``: ``validate_listing`` runs on the listing before
+    Protection: rgt_jupyter/run/pull/__init__.py ``pull``: ``validate_listing`` runs on the listing before
     anything is written; removed, the lying names reach the disk and the case fails.
     """
     job = finished(project, "import rgt_jupyter.job as job\njob.save_results({'a': 1})\n", "h")
     sentinel = project / "x"
     sentinel.write_text("untouched")
-    evidence.keep(sentinel, job.spec["out_dir"])
-    control = Path(job.spec["control_dir"])
+    evidence.keep(sentinel, job.spec.out_dir)
+    control = Path(job.spec.control_dir)
     (control / "agent.py").write_text(HOSTILE_AGENT.replace("FILES", json.dumps(files)))
     with pytest.raises(PullError, match="rejected|not enough space"):
         job.pull()
     assert sentinel.read_text() == "untouched"
     assert not (project / "runs").exists()
     assert not Path("/etc/x").exists()
-    assert evidence.account(project, job.spec["out_dir"]) == 0
+    assert evidence.account(project, job.spec.out_dir) == 0
 
 
 @pytest.mark.parametrize("target", ["/etc", "/no/such/folder"])
@@ -174,7 +174,7 @@ def test_symlink_in_outputs_rejects_the_listing(
 ) -> None:
     """A link to a folder that exists (listed among folders by a walk) or to nothing.
 
-    Protection: rgt_jupyter/pull.py ``pull``: ``validate_listing`` refuses the entries the
+    Protection: rgt_jupyter/run/pull/__init__.py ``pull``: ``validate_listing`` refuses the entries the
     agent reported as symlinks; removed, the pull goes on and the case fails.
     """
     sentinel = evidence.sentinel(project.parent / "beside")

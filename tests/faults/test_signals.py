@@ -40,18 +40,18 @@ SLEEPER = (
     "F4-sigterm",
     asserts="a signal to the agent reaches the job, which saves a checkpoint at the step it "
     "stopped and ends preempted (exit 0); every checkpoint written before stays",
-    mutation=("rgt_jupyter/agent.py", "os.killpg(self.child.pid, signum)", "None"),
+    mutation=("rgt_jupyter/remote/agent.py", "os.killpg(self.child.pid, signum)", "None"),
 )
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR2"])
 def test_agent_forwards_preemption_signals(project: Path, sig: str, evidence: Evidence) -> None:
     """The agent gets the platform's signal and forwards it to the job's process group.
 
-    Protection: rgt_jupyter/agent.py ``Agent.on_signal``: ``os.killpg(self.child.pid, signum)``
+    Protection: rgt_jupyter/remote/agent.py ``Agent.on_signal``: ``os.killpg(self.child.pid, signum)``
     forwards the signal; removed, the job never hears it, runs past the grace period and is
     killed, so it ends without its stop checkpoint and the case fails.
     """
     job = running_job(project, LOOP, f"fwd-{sig.lower()}", grace=5.0)
-    ckpt = Path(job.spec["ckpt_dir"])
+    ckpt = Path(job.spec.ckpt_dir)
     wait_for(lambda: list(ckpt.glob("ckpt-0000000005.*")), 30, "the first checkpoint")
     evidence.keep(ckpt)
     status = control_json(job, "status.json")
@@ -74,7 +74,7 @@ def test_agent_forwards_preemption_signals(project: Path, sig: str, evidence: Ev
     asserts="agent and job SIGKILLed (a reboot in effect): the job is lost, never running, "
     "with no exit record invented; its checkpoint stays",
     mutation=(
-        "rgt_jupyter/status.py",
+        "rgt_jupyter/jobs/observe.py",
         "alive, note = agent_alive(transport, spec, status, boot)",
         "alive, note = True, None",
     ),
@@ -82,13 +82,13 @@ def test_agent_forwards_preemption_signals(project: Path, sig: str, evidence: Ev
 def test_vanished_agent_is_lost_not_running(project: Path, evidence: Evidence) -> None:
     """Agent and job die at once with no chance to write anything.
 
-    Protection: rgt_jupyter/status.py ``observe``: the agent status.json names is checked in
+    Protection: rgt_jupyter/jobs/observe.py ``observe_agent``: the agent status.json names is checked in
     the process table (``agent_alive``: alive, on this boot, its command line naming the control
     dir) before the job is called running; taken as alive, the job reads ``running`` forever and
     the case fails.
     """
     job = running_job(project, SLEEPER, "vanish")
-    ckpt = Path(job.spec["ckpt_dir"])
+    ckpt = Path(job.spec.ckpt_dir)
     evidence.keep(ckpt)
     status = control_json(job, "status.json")
     assert status is not None
@@ -108,7 +108,7 @@ def test_vanished_agent_is_lost_not_running(project: Path, evidence: Evidence) -
     asserts="the job process SIGKILLed: the agent records failed with the signal, never "
     "finished; its checkpoint stays",
     mutation=(
-        "rgt_jupyter/agent.py",
+        "rgt_jupyter/remote/agent.py",
         '        if rc == 0:\n            return "finished"',
         '        if rc == 0 or rc == -signal.SIGKILL:\n            return "finished"',
     ),
@@ -116,11 +116,11 @@ def test_vanished_agent_is_lost_not_running(project: Path, evidence: Evidence) -
 def test_sigkilled_job_is_failed_never_finished(project: Path, evidence: Evidence) -> None:
     """The job is killed (the OOM killer, a user's kill -9); the agent survives and records it.
 
-    Protection: rgt_jupyter/agent.py ``Agent.final_state``: only exit code 0 is ``finished``;
+    Protection: rgt_jupyter/remote/agent.py ``Agent.final_state``: only exit code 0 is ``finished``;
     with a killed job counted as finished, the case fails.
     """
     job = running_job(project, SLEEPER, "killed")
-    ckpt = Path(job.spec["ckpt_dir"])
+    ckpt = Path(job.spec.ckpt_dir)
     evidence.keep(ckpt)
     status = control_json(job, "status.json")
     assert status is not None

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from rgt_jupyter.api import Job
+from rgt_jupyter import submit
 from rgt_jupyter.errors import PullError
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.registry import Registry
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.store.registry import Registry
 from rgt_jupyter.transport.ssh import SSHError, connect
 
 from ..conftest import wait_for
@@ -22,7 +22,7 @@ from .evidence import Evidence
 
 #: Takes reconnection away: the first connection of a transport is its last.
 RECONNECT = (
-    "rgt_jupyter/transport/ssh.py",
+    "rgt_jupyter/transport/ssh/__init__.py",
     "            self._client = self._connect()\n            return self._client",
     '            if getattr(self, "_connected_once", False):\n'
     '                raise SSHError("transport_unavailable", "no reconnection")\n'
@@ -45,7 +45,7 @@ job.save_results({"ok": True})
     asserts="after each cut the next pull resumes, re-sends only what had not landed (the wire "
     "agrees) and ends verified with every byte of the job's files home",
     mutation=(
-        "rgt_jupyter/pull.py",
+        "rgt_jupyter/run/pull/__init__.py",
         "if part.exists() and part.stat().st_size <= size:",
         "if False:",
     ),
@@ -63,18 +63,15 @@ def test_pull_cut_at_10_50_99_percent_resumes(
     from what already landed and ends with every hash matching. Both ways a large file travels:
     the OpenSSH client (the default here) and a paramiko channel.
 
-    Protection: rgt_jupyter/pull.py ``_fetch``: a ``.part`` left by an interrupted pull is
+    Protection: rgt_jupyter/run/pull/__init__.py ``_fetch``: a ``.part`` left by an interrupted pull is
     re-hashed and resumed from its length; removed, every pull starts the file again and the
     bytes re-sent exceed what had not landed, so the case fails.
     """
     monkeypatch.setenv("RGT_SSH_TRANSFER", method)
     with cutbox(sshd, box) as proxy:
-        job = Job(
-            launch(LaunchRequest(program=BIG, name="big", profile="box", host="cutbox"), project),
-            project,
-        )
+        job = submit(LaunchRequest(program=BIG, name="big", profile="box", host="cutbox"), project)
         assert job.wait(120) == "finished", job.log()
-        evidence.keep(job.spec["out_dir"], job.spec["ckpt_dir"])
+        evidence.keep(job.spec.out_dir, job.spec.ckpt_dir)
         total = 64 << 20
         for fraction in (0.10, 0.50, 0.99):
             proxy.arm(int(total * fraction))
@@ -114,7 +111,7 @@ def test_watch_reconnects_after_the_connection_drops(
 ) -> None:
     """The socket under an open SSH connection is closed while the job runs.
 
-    Protection: rgt_jupyter/transport/ssh.py ``SSHTransport.client``: a connection that is no
+    Protection: rgt_jupyter/transport/ssh/__init__.py ``SSHTransport.client``: a connection that is no
     longer active (or was closed after a failed call) is replaced by a new one
     (``self._client = self._connect()``); with no second connection, every later look fails and
     the case fails.
@@ -123,9 +120,8 @@ def test_watch_reconnects_after_the_connection_drops(
         "import time, rgt_jupyter.job as job\nfor i in range(20):\n    job.progress(i)\n"
         "    time.sleep(0.1)\njob.save_results({'ok': 1})\n"
     )
-    job = Job(
-        launch(LaunchRequest(program=program, name="drop", profile="box", host="testbox"), project),
-        project,
+    job = submit(
+        LaunchRequest(program=program, name="drop", profile="box", host="testbox"), project
     )
     assert job.snapshot().state in ("queued", "running")
     transport = connect("testbox", project)
@@ -134,7 +130,7 @@ def test_watch_reconnects_after_the_connection_drops(
     ssh_transport.sock.close()  # the TCP connection dies under us
     assert job.wait(60) == "finished"  # the next look reconnects; the job never noticed
     assert job.result() == {"ok": 1}
-    evidence.keep(job.spec["out_dir"])
+    evidence.keep(job.spec.out_dir)
     assert evidence.account(job.pull().path) == 0
     assert transport.client().get_transport() is not ssh_transport
 
@@ -151,7 +147,7 @@ def test_job_survives_the_connection_cut_mid_run(
     """The SSH connection is cut for real by the proxy while the job runs: the job goes on and
     the next look reconnects.
 
-    Protection: rgt_jupyter/transport/ssh.py ``SSHTransport.client``: a dropped connection is
+    Protection: rgt_jupyter/transport/ssh/__init__.py ``SSHTransport.client``: a dropped connection is
     replaced on the next use; removed, the watcher cannot look again and the case fails.
     """
     program = (
@@ -163,30 +159,34 @@ def test_job_survives_the_connection_cut_mid_run(
     )
     with cutbox(sshd, box) as proxy:
         request = LaunchRequest(program=program, name="cut", profile="box", host="cutbox")
-        job = Job(launch(request, project), project)
+        job = submit(request, project)
         wait_for(lambda: (job.snapshot().progress or {}).get("step", 0) >= 3, 30, "progress")
         proxy.arm(0)  # every open connection is dropped at the next byte from the server
         time.sleep(0.5)
         assert job.wait(60) == "finished"
         assert proxy.cuts == 1
         assert job.result() == {"steps": 30}
-        evidence.keep_prefix(Path(job.spec["control_dir"]) / "log")
-        evidence.keep(job.spec["out_dir"])
-        assert evidence.account(job.pull().path, job.spec["control_dir"]) == 0
+        evidence.keep_prefix(Path(job.spec.control_dir) / "log")
+        evidence.keep(job.spec.out_dir)
+        assert evidence.account(job.pull().path, job.spec.control_dir) == 0
 
 
 @pytest.mark.fault(
     "F11-host-key",
     asserts="a server presenting another key than known_hosts holds is refused before login: "
     "the error says the key changed, nothing is sent, no job registered",
-    mutation=("rgt_jupyter/transport/ssh.py", "client.load_system_host_keys(str(path))", "pass"),
+    mutation=(
+        "rgt_jupyter/transport/ssh/__init__.py",
+        "client.load_system_host_keys(str(path))",
+        "pass",
+    ),
 )
 def test_changed_host_key_is_refused_loudly(
     project: Path, box: Path, sshd: Sshd, tmp_path: Path, evidence: Evidence
 ) -> None:
     """known_hosts holds another key for the server (a re-created machine, or someone between).
 
-    Protection: rgt_jupyter/transport/ssh.py ``SSHTransport._connect``: the known_hosts files
+    Protection: rgt_jupyter/transport/ssh/__init__.py ``SSHTransport._connect``: the known_hosts files
     are loaded before connecting, so a different key is a ``BadHostKeyException``; removed, the
     changed key is not recognised as changed and the case fails.
     """
@@ -200,7 +200,7 @@ def test_changed_host_key_is_refused_loudly(
     box.write_text(f"[127.0.0.1]:{sshd.port} {pub[0]} {pub[1]}\n")
     logins = sshd.accepted()
     with pytest.raises(SSHError) as info:
-        launch(
+        submit(
             LaunchRequest(program="print(1)\n", name="chg", profile="box", host="testbox"), project
         )
     assert info.value.kind == "host_key_mismatch"

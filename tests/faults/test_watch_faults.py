@@ -17,14 +17,15 @@ from typing import Any
 
 import pytest
 
+from rgt_jupyter import submit
 from rgt_jupyter.api import Job
-from rgt_jupyter.launch import LaunchRequest, launch
-from rgt_jupyter.probe import probe, read_from
-from rgt_jupyter.registry import Registry
-from rgt_jupyter.render import snapshot_text
-from rgt_jupyter.status import Snapshot
-from rgt_jupyter.watch import Watcher, watcher_note
-from rgt_jupyter.watch_reads import Lines
+from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.jobs.snapshot import Snapshot
+from rgt_jupyter.remote.probe import probe, read_from
+from rgt_jupyter.run.watch.reads import Lines
+from rgt_jupyter.run.watch.watcher import Watcher, watcher_note
+from rgt_jupyter.store.registry import Registry
+from rgt_jupyter.views.render import snapshot_text
 
 from ..conftest import control_json, sigkill_job_and_agent, wait_for
 from .evidence import Evidence
@@ -47,10 +48,10 @@ def _follow(job: Job, watcher: Watcher) -> list[Snapshot]:
 
 
 def _launch(project: Path, program: str, name: str, **spec: Any) -> Job:
-    row = launch(LaunchRequest(program=program, name=name), project)
+    row = submit(LaunchRequest(program=program, name=name), project)
     if spec:
-        Registry(project).update_spec(row["id"], **spec)
-    return Job(Registry(project).get(row["id"]), project)
+        Registry(project).update_spec(row.id, **spec)
+    return Job(Registry(project).get(row.id), project)
 
 
 def _kill(job: Job) -> None:
@@ -64,7 +65,7 @@ def _kill(job: Job) -> None:
     asserts="the watcher following a job whose agent and job are SIGKILLed reports lost (with "
     "the diagnosis), never running, and the registry records lost",
     mutation=(
-        "rgt_jupyter/status.py",
+        "rgt_jupyter/jobs/observe.py",
         "alive, note = agent_alive(transport, spec, status, boot)",
         "alive, note = True, None",
     ),
@@ -72,7 +73,7 @@ def _kill(job: Job) -> None:
 def test_job_and_agent_killed_is_lost_never_running(project: Path, evidence: Evidence) -> None:
     """The watcher's view of a job killed from outside.
 
-    Protection: rgt_jupyter/status.py ``observe``: a status.json that says running is believed
+    Protection: rgt_jupyter/jobs/observe.py ``observe_agent``: a status.json that says running is believed
     only while the agent it names is alive on this boot; removed, the watcher shows running
     forever and the case fails.
     """
@@ -80,7 +81,7 @@ def test_job_and_agent_killed_is_lost_never_running(project: Path, evidence: Evi
     watcher = Watcher(min_interval=0.2, max_interval=0.5)
     seen = _follow(job, watcher)
     wait_for(lambda: seen and seen[-1].state == "running", 60, "running")
-    control = Path(job.spec["control_dir"])
+    control = Path(job.spec.control_dir)
     wait_for(lambda: (control / "log").stat().st_size > 0, 30, "the first log line")
     evidence.keep_prefix(control / "log")
     _kill(job)
@@ -226,9 +227,9 @@ def test_a_real_cgroup_oom_kill_is_diagnosed(project: Path) -> None:
         import json, sys
         from pathlib import Path
         Path({str(cgroup / "cgroup.procs")!r}).write_text(str(__import__("os").getpid()))
-        from rgt_jupyter.launch import LaunchRequest, launch
-        row = launch(LaunchRequest(program={hog!r}, name="hog"), Path({str(project)!r}))
-        print(json.dumps({{"id": row["id"]}}))
+        from rgt_jupyter import submit
+        job = submit({hog!r}, Path({str(project)!r}), name="hog")
+        print(json.dumps({{"id": job.id}}))
         """
     )
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rgt_jupyter.registry import Registry
+from rgt_jupyter.store.registry import Registry
 
 from ..conftest import wait_for
 from ..kernels import Outputs, _kernel_spec_manager, _shutdown, _start_kernel, collect, send
@@ -52,7 +52,7 @@ def _lines(out: Outputs) -> list[str]:
     "re-binds instead of launching twice",
     mutation=(
         "rgt_jupyter/magics.py",
-        "registry.set_log_offset(job.id, consumer, offset)",
+        "job.set_log_offset(consumer, offset)",
         "None",
     ),
 )

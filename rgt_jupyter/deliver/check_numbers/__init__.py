@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import RgtError
+from ...store.project import project_dir
 from ..notebook import read_notebook
 from .cells import Checker
 from .index import Leaf, ResultsIndex
@@ -61,7 +62,6 @@ def _read_notebook(path: Path) -> tuple[Any, str]:
 
 
 def _default_project(notebook: Path) -> Path:
-    from ...project import project_dir
 
     found = project_dir(notebook.parent)
     if (found / ".rgt").is_dir() or (found / "runs").is_dir():

@@ -43,7 +43,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...errors import RgtError
-from ...project import project_dir
+from ...store.project import project_dir
+from ..notebook import read_notebook
 from .documents import latex, markdown
 from .evidence import load_evidence
 from .report import Checked, Drift, Ignored, Log, ReconcileError, ReconcileReport
@@ -95,8 +96,6 @@ def _texts(name: str, path: Path) -> list[tuple[str, list[str]]]:
     """The lines of a document; of a notebook, those of each Markdown and raw cell, named
     ``NOTEBOOK#CELL_ID`` (a file that is not a notebook raises :class:`.NotebookError`)."""
     if path.suffix.lower() == ".ipynb":
-        from ..notebook import read_notebook
-
         nb, _ = read_notebook(path)
         return [
             (f"{name}#{cell.get('id') or f'cell-{i}'}", str(cell["source"]).splitlines())

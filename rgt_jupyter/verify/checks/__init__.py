@@ -7,20 +7,20 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..model import Context, Finding
+from .collapse import collapse
+from .direction import metric_direction
+from .leakage import leakage
+from .one_variable import one_variable
+from .rederive import rederive
+from .seed_noise import seed_noise
+from .selection import test_selection
+from .stale import stale_artifact
 
 Check = Callable[[Context], list[Finding]]
 
 
 def all_checks() -> list[tuple[str, Check]]:
     """(name, function) of every check, in running order."""
-    from .collapse import collapse
-    from .direction import metric_direction
-    from .leakage import leakage
-    from .one_variable import one_variable
-    from .rederive import rederive
-    from .seed_noise import seed_noise
-    from .selection import test_selection
-    from .stale import stale_artifact
 
     return [
         ("metric_direction", metric_direction),

@@ -59,7 +59,7 @@ def _arm(pairs: list[tuple[RunData, float]]) -> dict[str, Any]:
 
 def _permutation_p(variant: list[float], baseline: list[float]) -> tuple[float, bool, float]:
     """(two-sided permutation p of the difference of means, exact?, smallest p it can give)."""
-    from scipy import stats
+    from scipy import stats  # deferred: scipy, only when seeds are compared
 
     def statistic(x: Any, y: Any, axis: int) -> Any:
         return np.mean(x, axis=axis) - np.mean(y, axis=axis)
@@ -82,7 +82,7 @@ def _permutation_p(variant: list[float], baseline: list[float]) -> tuple[float, 
 
 def _mde(s_pooled: float, n1: int, n2: int) -> float:
     """The minimum detectable effect at ``ALPHA`` with power ``POWER`` (pooled t, df n1+n2-2)."""
-    from scipy import stats
+    from scipy import stats  # deferred: scipy, only when seeds are compared
 
     df = n1 + n2 - 2
     t_sum = float(stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df))
@@ -103,7 +103,7 @@ def compare_arms(variant: list[float], baseline: list[float]) -> dict[str, Any]:
     """The statistics of variant vs baseline seeds (each ≥2): means, stds, difference of
     means with a bootstrap 95 % CI, Welch's t, a permutation test, Cohen's d and Hedges' g, and
     the minimum detectable effect."""
-    from scipy import stats
+    from scipy import stats  # deferred: scipy, only when seeds are compared
 
     n1, n2 = len(variant), len(baseline)
     m1, m2 = mean_of(variant), mean_of(baseline)

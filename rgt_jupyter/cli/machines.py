@@ -1,0 +1,263 @@
+"""``rgt profiles``, ``rgt up``, ``rgt down`` and ``rgt instances``: machines and their meters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..api import JobGroup, find
+from ..args import DOWN_ARGS, add_args
+from ..backends import get_backend
+from ..errors import UsageError
+from ..machines.profile_text import explain
+from ..machines.profiles import available, load_profile
+from ..run.billing import check_idle, describe
+from ..run.teardown import (
+    compute_gate,
+    confirm_guided,
+    decide,
+    provider_for,
+    settle_orphan,
+    stop_meter,
+)
+from ..store.registry import Registry
+
+_SSH_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>[A-Za-z0-9.\-\[\]:]+)$")
+
+
+def add_parsers(sub: Any) -> None:
+    """Register the subcommands on the ``rgt`` parser."""
+    prof = sub.add_parser(
+        "profiles",
+        help="list the profiles; `profiles show NAME` explains one",
+        description="List profiles, explain one (what stop and destroy keep and lose, where "
+        "checkpoints must go, what keeps billing), or acknowledge its danger clocks.",
+    )
+    prof.add_argument("action", nargs="?", choices=("list", "show", "ack"), default="list")
+    prof.add_argument("name", nargs="?", default=None)
+    up = sub.add_parser(
+        "up",
+        help="bring up a machine on a rental profile (API or guided)",
+        description="Create a machine through the platform's API, or record one you created in "
+        "its console (guided platforms: --connection).",
+    )
+    up.add_argument("profile")
+    up.add_argument("--host", default="", metavar="ALIAS", help="the ~/.ssh/config Host for it")
+    up.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a create parameter of the platform's API (JSON values allowed; repeatable)",
+    )
+    up.add_argument("--connection", default=None, help="guided: the SSH command the console shows")
+    up.add_argument("--id", default=None, help="guided: the instance name the console shows")
+    up.add_argument("--ack-clocks", action="store_true", help="acknowledge the danger clocks")
+    up.add_argument("--yes", action="store_true", help="approve the spend")
+    add_args(
+        sub.add_parser(
+            "down",
+            help="the teardown gate; stop a machine's meter once its work is safe",
+            description="Compute the teardown gate from artifacts; with --yes (gate passing) or "
+            "--override INSTANCE_ID, stop the meter with the profile's verb.",
+        ),
+        DOWN_ARGS,
+    )
+    sub.add_parser("instances", help="machines brought up, with cost so far", description="")
+
+
+def dispatch(args: argparse.Namespace, project: Path) -> int | None:
+    """Run a subcommand of this module; None when ``args`` is not one of them."""
+    if args.command == "profiles":
+        return _profiles(args, project)
+    if args.command == "up":
+        return _up(args, project)
+    if args.command == "down":
+        return _down(args, project)
+    if args.command == "instances":
+        return _instances(project)
+    return None
+
+
+def _profiles(args: argparse.Namespace, project: Path) -> int:
+
+    if args.action == "list":
+        for name in sorted(available(project)):
+            prof = load_profile(name, project)
+            verb = prof.meter_stop.verb + (
+                " (irreversible)" if prof.meter_stop.irreversible else ""
+            )
+            print(f"{name:11} {prof.kind:11} {verb:40.40} {prof.description}")
+        return 0
+    if not args.name:
+        raise UsageError(f"`rgt profiles {args.action} NAME`: which profile?")
+    prof = load_profile(args.name, project)
+    get_backend(prof.launcher)  # a launcher no backend answers to is refused here, by name
+    if args.action == "show":
+        print(explain(prof, project))
+        return 0
+    text = [n.text for n in prof.danger_clocks]
+    if Registry(project).ack(prof.name, "danger_clocks", how="rgt profiles ack", text=text):
+        print(f"acknowledged the danger clocks of {prof.name}")
+    else:
+        print(f"the danger clocks of {prof.name} were already acknowledged")
+    return 0
+
+
+def _param(pair: str) -> tuple[str, Any]:
+    key, sep, raw = pair.partition("=")
+    if not sep or not key:
+        raise UsageError(f"--set {pair!r}: write KEY=VALUE")
+    try:
+        return key, json.loads(raw)
+    except ValueError:
+        return key, raw
+
+
+def _up(args: argparse.Namespace, project: Path) -> int:
+
+    prof = load_profile(args.profile, project)
+    registry = Registry(project)
+    if not prof.metered:
+        raise UsageError(f"profile {prof.name!r} has no meter: there is nothing to bring up")
+    if prof.danger_clocks and not registry.acked(prof.name, "danger_clocks"):
+        if not args.ack_clocks:
+            clocks = "\n  ".join(n.text for n in prof.danger_clocks)
+            raise UsageError(
+                f"{prof.platform or prof.name} has danger clocks:\n  {clocks}\n"
+                "Acknowledge them with --ack-clocks (recorded once per project)."
+            )
+        registry.ack(prof.name, "danger_clocks", how="rgt up --ack-clocks")
+    if not prof.provider:
+        return _up_guided(args, prof, registry)
+    if not args.yes:
+        rate = f"${prof.cost_per_hour:.2f}/h" if prof.cost_per_hour else "the platform's price"
+        raise UsageError(f"`rgt up` starts billing at {rate}: pass --yes to approve the spend")
+
+    params = {**prof.up, **dict(_param(p) for p in args.set)}
+    inst = provider_for(prof).up(params)
+    instance_id = f"{inst.provider}:{inst.id}"
+    ssh = (
+        f"ssh -p {inst.ssh_port} {inst.ssh_user or 'root'}@{inst.ssh_host}" if inst.ssh_host else ""
+    )
+    registry.add_instance(
+        instance_id,
+        prof.name,
+        inst.provider,
+        inst.id,
+        args.host,
+        inst.state,
+        inst.cost_per_hour or prof.cost_per_hour or None,
+        {"ssh": ssh, "params": params},
+    )
+    print(f"up: {instance_id} ({inst.raw_state})" + (f"; {ssh}" if ssh else ""))
+    if inst.ssh_host:
+        alias = args.host or "ALIAS"
+        print(
+            f"Add to ~/.ssh/config:\n  Host {alias}\n    HostName {inst.ssh_host}\n"
+            f"    Port {inst.ssh_port}\n    User {inst.ssh_user or 'root'}\n"
+            f"then check its key with `rgt trust-host {alias}`, and run with "
+            f"--profile {prof.name} --host {alias}"
+        )
+    return 0
+
+
+def _up_guided(args: argparse.Namespace, prof: Any, registry: Any) -> int:
+    if not args.connection:
+        print(f"{prof.platform or prof.name} has no usable API: create the machine yourself.")
+        print(f"  {prof.guided.get('up', '')}")
+        example = prof.guided.get("connection_example", "ssh -p PORT user@host")
+        print(f"Then record it: rgt up {prof.name} --connection '{example}' --host ALIAS --yes")
+        return 0
+    if not args.yes:
+        raise UsageError("confirm that you created it (and accept what it bills) with --yes")
+    argv = shlex.split(args.connection)
+    if argv and argv[0] == "ssh":
+        argv = argv[1:]
+    port, target = "22", ""
+    i = 0
+    while i < len(argv):
+        if argv[i] == "-p" and i + 1 < len(argv):
+            port, i = argv[i + 1], i + 2
+        elif argv[i].startswith("-"):
+            i += 2 if argv[i] in ("-i", "-l", "-o") else 1
+        else:
+            target, i = argv[i], i + 1
+    match = _SSH_RE.match(target)
+    if not match or not port.isdigit():
+        raise UsageError(f"--connection {args.connection!r}: expected like 'ssh -p PORT user@host'")
+    platform_id = args.id or f"{match['user'] or 'root'}@{match['host']}:{port}"
+    registry.add_instance(
+        f"{prof.name}:{platform_id}",
+        prof.name,
+        "",
+        platform_id,
+        args.host,
+        "running (user-reported)",
+        prof.cost_per_hour or None,
+        {"ssh": args.connection, "guided": True},
+    )
+    print(f"recorded {prof.name}:{platform_id}; rgt cannot see its meter: `rgt down` guides you")
+    return 0
+
+
+def _down(args: argparse.Namespace, project: Path) -> int:
+
+    found = find(args.job, project)
+    # A seed group runs on one machine: the gate of its first member's is the group's.
+    job = found.jobs[0] if isinstance(found, JobGroup) else found
+    gate = compute_gate(job._row, project)
+    print(gate.text())
+    if args.confirm_stopped:
+        confirm_guided(gate, project)
+        print("recorded: you confirmed the meter is stopped (rgt did not observe it)")
+        return 0
+    if args.refuse:
+        decide(gate, "refuse", project)
+        print("recorded: the machine is kept")
+        return 0
+    if args.override is not None:
+        record = decide(gate, "override", project, typed=args.override)
+    elif args.yes:
+        record = decide(gate, "approve", project)
+    else:
+        if gate.passed:
+            print(f"Nothing done. Approve with: rgt down {job.name} --yes")
+        else:
+            print(
+                f"Nothing done. To stop the meter anyway, type the instance id: "
+                f"rgt down {job.name} --override {gate.machine.platform_id}"
+            )
+        return 0 if gate.passed else 1
+    outcome = stop_meter(gate, record, project, timeout=args.timeout, on_poll=print)
+    print(outcome.message)
+    interactive = sys.stdin.isatty()
+    for orphan in outcome.orphans:
+        if interactive:
+            print(f"Still billing: {orphan.bills}. Delete it? [y/N] ", end="", flush=True)
+            answer = sys.stdin.readline().strip().lower()
+            settle_orphan(gate, orphan, answer in ("y", "yes"), project)
+        else:
+            settle_orphan(gate, orphan, False, project)
+            print(
+                f"Still billing (kept; delete it in the console or rerun interactively): {orphan.bills}"
+            )
+    return 0
+
+
+def _instances(project: Path) -> int:
+
+    rows = Registry(project).instances()
+    if not rows:
+        print("no machines brought up with `rgt up` in this project")
+    for inst in rows:
+        print(describe(inst))
+        warning = check_idle(inst, project) if inst["ended_at"] is None else None
+        if warning:
+            print(f"  WARNING: {warning}")
+    return 0

@@ -1,0 +1,153 @@
+"""What a job is shipped as: its files, their hashes, and the launch bundle (one zip that travels
+as the stdin of the launch command)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import stat
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from .. import remote
+from ..errors import LaunchError, TransportError
+from ..store.fsutil import sha256_file
+from ..transport import Transport
+from .request import LaunchRequest
+from .spec import JobSpec
+
+_LIB_INIT = '"""rgt_jupyter, as shipped beside a job: only the job-side API (rgt_jupyter.job)."""\n'
+
+
+def code_hash(deployed: dict[str, str]) -> str:
+    """sha256 over the program and every pushed file (relative path and content hash)."""
+    code = sorted((k, v) for k, v in deployed.items() if k.startswith("code/"))
+    return hashlib.sha256(json.dumps(code).encode()).hexdigest()
+
+
+def push_files(
+    transport: Transport,
+    python: str,
+    control: str,
+    objects: str,
+    pushed: list[tuple[Path, str]],
+) -> dict[str, str]:
+    """Push files content-addressed: only objects the remote store lacks are sent; the agent
+    then copies them into ``<control>/code`` (a per-job dir: a live job's inputs never change).
+    Returns ``{rel: sha256}``.
+
+    Each object travels under a temporary name and gets its own (its sha256) only once whole,
+    and the agent hashes every copy, so a push cut short leaves nothing that a later launch
+    would take for sent; that launch sends only what is missing."""
+    if not pushed:
+        return {}
+    sent: list[str] = []
+    try:
+        return _push(transport, python, control, objects, pushed, sent)
+    except TransportError as exc:
+        raise LaunchError(
+            f"the push to {transport.host} was interrupted after {len(sent)} new file(s) "
+            f"({exc}). Nothing was started. Files that arrived whole stay in {objects} and are "
+            "not sent again; a file cut short there was never given its name and is not used. "
+            "Launch again once the host answers."
+        ) from exc
+
+
+def _push(
+    transport: Transport,
+    python: str,
+    control: str,
+    objects: str,
+    pushed: list[tuple[Path, str]],
+    sent: list[str],
+) -> dict[str, str]:
+    """:func:`push_files` itself; ``sent`` collects the objects sent so far."""
+    wanted = {rel: sha256_file(str(local))[0] for local, rel in pushed}
+    agent = f"{control}/agent.py"
+
+    def agent_json(*args: str, payload: Any) -> Any:
+        result = transport.exec(
+            [python, agent, *args], stdin=json.dumps(payload).encode(), timeout=3600
+        )
+        if result.returncode != 0:
+            raise LaunchError(
+                f"the agent failed on {transport.host} ({' '.join(args[:1])}): "
+                + result.stderr.decode(errors="replace")[-1000:]
+            )
+        return json.loads(result.stdout)
+
+    local_of = {sha: local for (local, rel) in pushed for sha in [wanted[rel]]}
+    missing = agent_json("have", objects, payload=sorted(set(wanted.values())))
+    for _ in range(2):
+        for sha in missing:
+            transport.put(local_of[sha], f"{objects}/{sha[:2]}/{sha}")
+            sent.append(sha)
+        bad = agent_json("materialize", objects, f"{control}/code", payload=wanted)["bad"]
+        if not bad:
+            return wanted
+        missing = bad  # a damaged object was dropped: send it again, once
+    raise LaunchError(f"objects kept arriving damaged on {transport.host}: {missing[:3]}")
+
+
+def job_files(req: LaunchRequest, inputs: dict[str, bytes]) -> dict[str, bytes]:
+    """The files a job needs besides its pushed ones, named relative to its control dir: the
+    program (``code/``), the serialized ``--inputs`` (``inputs/``) and the job API (``lib/``)."""
+    files = {f"code/{req.program_name}": req.program.encode()}
+    for fname, data in inputs.items():
+        files[f"inputs/{fname}"] = data
+    files["lib/rgt_jupyter/__init__.py"] = _LIB_INIT.encode()
+    files["lib/rgt_jupyter/job.py"] = remote.source("job.py")
+    return files
+
+
+def job_paths(control: str, program_name: str) -> dict[str, str]:
+    """Where a job's code, job API and inputs live under its control dir."""
+    code = f"{control}/code"
+    return {
+        "code_dir": code,
+        "lib_dir": f"{control}/lib",
+        "inputs_dir": f"{control}/inputs",
+        "program": f"{code}/{program_name}",
+    }
+
+
+def member_mode(name: str) -> int:
+    """File mode of a bundle member where it lands: the inputs and the secrets are private."""
+    parts = name.split("/")
+    return 0o600 if parts[-1] == "secrets.json" or "inputs" in parts[:-1] else 0o644
+
+
+def bundle_members(
+    files: dict[str, bytes], spec: JobSpec, secret_values: dict[str, str]
+) -> dict[str, bytes]:
+    """What one job's control dir receives: ``agent.py``, its files, ``launch.json`` and, when
+    there are secrets, ``secrets.json``."""
+    members = {
+        "agent.py": remote.source("agent.py"),
+        **files,
+        "launch.json": json.dumps(spec.to_dict(), indent=1).encode(),
+    }
+    if secret_values:
+        members["secrets.json"] = json.dumps(secret_values).encode()
+    return members
+
+
+def zip_bundle(members: dict[str, bytes]) -> bytes:
+    """The launch bundle: one zip (members stored, named relative to the control dir) with the
+    unpacking ``__main__.py``. It travels as the stdin of the one launch command, so the
+    secrets never show in a command line, an environment or a log."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+        everything = {"__main__.py": remote.source("bundle_main.py"), **members}
+        for name, data in everything.items():
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = (stat.S_IFREG | member_mode(name)) << 16
+            zf.writestr(info, data)
+    return buf.getvalue()
+
+
+def ship(files: dict[str, bytes], spec: JobSpec, secret_values: dict[str, str]) -> bytes:
+    """The launch bundle of one job (see :func:`zip_bundle`)."""
+    return zip_bundle(bundle_members(files, spec, secret_values))

@@ -1,0 +1,673 @@
+"""The job-side API: what a training program calls while it runs under rgt.
+
+``import rgt_jupyter.job as job`` works inside every job with nothing installed where it runs:
+the agent ships this file beside the job. It is stdlib-only (Python 3.8+); torch and numpy are
+used when the job has them.
+
+Environment the job sees: ``RGT_JOB_ID``, ``RGT_OUT`` (outputs, all of it is pulled),
+``RGT_CKPT_DIR`` (durable checkpoints), ``RGT_SMOKE=1`` during the CPU smoke, ``RGT_RESUME=1``
+when relaunched after an interruption.
+
+Checkpoints are written atomically (temporary file, fsync, a ``.sha256`` record, rename, fsync of
+the directory); the last ``keep`` are kept. :func:`load_latest` returns the newest checkpoint
+whose bytes match their record, loaded with ``torch.load(weights_only=True)``, and restores the
+python / numpy / torch (and CUDA) RNG states saved with it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import hashlib
+import importlib.util
+import json
+import os
+import random
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Dict, List, Optional, Tuple
+
+__all__ = [
+    "progress",
+    "save_results",
+    "save_config",
+    "save_checkpoint",
+    "load_latest",
+    "CheckpointNotSaved",
+    "preempted",
+    "is_smoke",
+    "is_resume",
+    "seed_everything",
+    "out_dir",
+    "ckpt_dir",
+    "secret",
+]
+
+_CKPT_RE = re.compile(r"^ckpt-(\d{10})\.(pt|json)$")
+_PREEMPT_SIGNALS = ("SIGTERM", "SIGUSR2")
+_preempted_by: str | None = None
+_lock = threading.Lock()
+
+
+# ----------------------------------------------------------------------------- locations
+
+
+def out_dir() -> str:
+    """The job's output dir (``$RGT_OUT``); ``./rgt_out`` when run outside rgt."""
+    path = os.environ.get("RGT_OUT") or os.path.abspath("rgt_out")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def ckpt_dir() -> str:
+    """The job's durable checkpoint dir (``$RGT_CKPT_DIR``); ``./rgt_ckpt`` outside rgt."""
+    path = os.environ.get("RGT_CKPT_DIR") or os.path.abspath("rgt_ckpt")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _control_dir() -> str | None:
+    return os.environ.get("RGT_CONTROL_DIR") or None
+
+
+def secret(name: str) -> str:
+    """A secret passed with ``--secret NAME``: read from a 0600 file, never from the
+    environment or the command line (so it does not leak into ``ps``, logs or child processes)."""
+    path = os.environ.get("RGT_SECRETS_FILE")
+    values: Dict[str, str] = {}
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            values = json.load(fh)
+    if name not in values:
+        raise KeyError(
+            "secret %r was not passed to this job: launch it with --secret %s" % (name, name)
+        )
+    return values[name]
+
+
+def is_smoke() -> bool:
+    """True during the CPU smoke run (``RGT_SMOKE=1``): use tiny shapes and a step or two."""
+    return os.environ.get("RGT_SMOKE") == "1"
+
+
+def is_resume() -> bool:
+    """True when this launch resumes an interrupted job (``RGT_RESUME=1``)."""
+    return os.environ.get("RGT_RESUME") == "1"
+
+
+# ----------------------------------------------------------------------------- atomic files
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _HashingWriter:
+    """A file wrapper that hashes every byte written through it."""
+
+    def __init__(self, fh: Any) -> None:
+        self._fh = fh
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.sha.update(view)
+        self.size += len(view)
+        return int(self._fh.write(view))
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+
+def _atomic_write(
+    path: str,
+    write: Callable[[Any], None],
+    before_commit: Optional[Callable[[str, int], None]] = None,
+) -> Tuple[str, int]:
+    """Write ``path`` atomically via ``write(fileobj)``; return (sha256 hex, size).
+
+    ``before_commit(sha256, size)`` runs after the bytes are durable and before the rename that
+    makes them visible under ``path``.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
+    try:
+        with open(tmp, "wb") as fh:
+            hw = _HashingWriter(fh)
+            write(hw)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if before_commit is not None:
+            before_commit(hw.sha.hexdigest(), hw.size)
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return hw.sha.hexdigest(), hw.size
+
+
+def _write_json_atomic(path: str, obj: Any) -> tuple[str, int]:
+    data = (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
+    return _atomic_write(path, lambda fh: fh.write(data))
+
+
+def _json_default(obj: Any) -> Any:
+    """Turn tensors / numpy scalars and arrays into plain numbers and lists."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError("not JSON serializable: %r" % type(obj).__name__)
+
+
+# ----------------------------------------------------------------------------- progress & results
+
+
+def progress(step: int, total: int | None = None, **metrics: Any) -> None:
+    """Report live progress (shown by ``%watch``) with optional scalar metrics (curves)."""
+    record: dict[str, Any] = {"t": time.time(), "step": int(step)}
+    if total is not None:
+        record["total"] = int(total)
+    for key, value in metrics.items():
+        try:
+            record[key] = float(value)
+        except (TypeError, ValueError):
+            record[key] = str(value)
+    control = _control_dir()
+    if control is None:
+        sys.stderr.write("[rgt] progress %s\n" % json.dumps(record))
+        return
+    line = json.dumps(record) + "\n"
+    with _lock, open(os.path.join(control, "progress.jsonl"), "a") as fh:
+        fh.write(line)
+
+
+def save_results(results: dict[str, Any]) -> str:
+    """Atomically write ``$RGT_OUT/results.json``; return its path."""
+    if not isinstance(results, dict):
+        raise TypeError("save_results expects a dict, e.g. {'val': {'acc': 0.93}}")
+    path = os.path.join(out_dir(), "results.json")
+    _write_json_atomic(path, results)
+    return path
+
+
+def save_config(config: dict[str, Any]) -> str:
+    """Atomically write the run's config to ``$RGT_OUT/config.json`` (recorded in run.json)."""
+    if not isinstance(config, dict):
+        raise TypeError("save_config expects a dict")
+    path = os.path.join(out_dir(), "config.json")
+    _write_json_atomic(path, config)
+    return path
+
+
+# ----------------------------------------------------------------------------- for %verify
+#
+# What a job declares here lands in $RGT_OUT and, once pulled, is what %verify checks (see
+# rgt_jupyter.verify.model). Anything left undeclared makes the checks that need it
+# "not_checked", which %verify discloses.
+
+_DIRECTIONS = {"max": "max", "higher_is_better": "max", "min": "min", "lower_is_better": "min"}
+_FNS = ("accuracy", "error_rate", "mse", "rmse", "mae")
+
+
+def declare_metric(name: str, direction: str, split: str = "test", fn: Optional[str] = None) -> str:
+    """Declare the headline metric: its name in results.json, whether higher ("max") or lower
+    ("min") is better, the split it is reported on, and ``fn`` (accuracy, error_rate, mse, rmse,
+    mae) to re-derive it from saved predictions."""
+    if direction not in _DIRECTIONS:
+        raise ValueError("direction must be 'max' or 'min', not %r" % (direction,))
+    if fn is not None and fn not in _FNS:
+        raise ValueError("fn must be one of %s, not %r" % (", ".join(_FNS), fn))
+    record = {"name": name, "direction": _DIRECTIONS[direction], "split": split, "fn": fn}
+    path = os.path.join(out_dir(), "verify", "metric.json")
+    _write_json_atomic(path, record)
+    return path
+
+
+def declare_changed(keys: List[str]) -> str:
+    """Declare the config keys this run changes against its baseline (an ablation's variable)."""
+    path = os.path.join(out_dir(), "verify", "changed.json")
+    _write_json_atomic(path, {"keys": [str(k) for k in keys]})
+    return path
+
+
+def declare_checkpoint(path: str, step: int) -> str:
+    """Declare which checkpoint produced the reported numbers (its path, sha256 and step), so
+    %verify can tell whether those weights belong to this run."""
+    full = os.path.abspath(path)
+    for prefix, root in (("checkpoints", ckpt_dir()), ("outputs", out_dir())):
+        root = os.path.abspath(root)
+        if full.startswith(root + os.sep):
+            rel = prefix + "/" + os.path.relpath(full, root).replace(os.sep, "/")
+            break
+    else:
+        raise ValueError("%s is neither under $RGT_CKPT_DIR nor under $RGT_OUT" % path)
+    record = {"path": rel, "sha256": _sha256_file(full), "step": int(step)}
+    target = os.path.join(out_dir(), "verify", "checkpoint.json")
+    _write_json_atomic(target, record)
+    return target
+
+
+def save_split(name: str, ids: Any, hashes: Any = None) -> str:
+    """Record a split's membership: ``splits/<name>.ids`` (one id per line) and, given
+    ``hashes`` (a dict id → sha256 of the item's bytes, or a list in the order of ``ids``),
+    ``splits/<name>.sha256``, so a leak under another name is found too."""
+    ids = [str(i) for i in ids]
+    for item in ids:
+        if "\n" in item or "\r" in item:
+            raise ValueError("split ids cannot contain line breaks: %r" % (item,))
+    path = os.path.join(out_dir(), "splits", "%s.ids" % name)
+    data = "".join(i + "\n" for i in ids).encode("utf-8")
+    _atomic_write(path, lambda fh: fh.write(data))
+    if hashes is not None:
+        if not isinstance(hashes, dict) and len(list(hashes)) != len(ids):
+            raise ValueError("hashes and ids differ in length")
+        pairs = hashes.items() if isinstance(hashes, dict) else zip(ids, hashes)  # noqa: B905 - 3.8
+        lines = "".join("%s  %s\n" % (str(h).lower(), i) for i, h in pairs).encode("utf-8")
+        _atomic_write(
+            os.path.join(out_dir(), "splits", "%s.sha256" % name), lambda fh: fh.write(lines)
+        )
+    return path
+
+
+def save_predictions(split: str, ids: Any, preds: Any, targets: Any) -> str:
+    """Save per-item predictions and targets of a split (``predictions/<split>.jsonl``), so the
+    headline metric can be re-derived from them."""
+    ids, preds, targets = list(ids), list(preds), list(targets)
+    if not len(ids) == len(preds) == len(targets):
+        raise ValueError(
+            "ids, preds and targets differ in length: %d, %d, %d"
+            % (len(ids), len(preds), len(targets))
+        )
+    rows = "".join(
+        json.dumps({"id": str(i), "pred": p, "target": t}, default=_json_default) + "\n"
+        for i, p, t in zip(ids, preds, targets)  # noqa: B905 - Python 3.8; lengths checked
+    ).encode("utf-8")
+    path = os.path.join(out_dir(), "predictions", "%s.jsonl" % split)
+    _atomic_write(path, lambda fh: fh.write(rows))
+    return path
+
+
+def log_eval(split: str, step: int, metrics: Dict[str, Any], purpose: str = "report") -> None:
+    """Record one evaluation: which split, at which step, for what ("report",
+    "early_stopping", "checkpoint_selection" or "tuning"). A test split used to select is what
+    %verify's test_selection check looks for."""
+    record = {"split": split, "step": int(step), "purpose": purpose, "metrics": metrics}
+    line = json.dumps(record, default=_json_default) + "\n"
+    path = os.path.join(out_dir(), "verify", "evals.jsonl")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with _lock, open(path, "a") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def save_outputs(split: str, ids: Any, vectors: Any) -> str:
+    """Save model outputs (embeddings, logits) for some items of a split, for the collapse
+    check (near-constant outputs)."""
+    path = os.path.join(out_dir(), "verify", "outputs", "%s.json" % split)
+    _write_json_atomic(path, {"ids": [str(i) for i in ids], "vectors": vectors})
+    return path
+
+
+def save_shuffle_score(metric: str, real: float, shuffled: float, n: Optional[int] = None) -> str:
+    """Save the score on real inputs and on inputs shuffled across items: equal scores mean
+    the outputs ignore the input."""
+    path = os.path.join(out_dir(), "verify", "shuffle.json")
+    record = {"metric": metric, "real": float(real), "shuffled": float(shuffled), "n": n}
+    _write_json_atomic(path, record)
+    return path
+
+
+# ----------------------------------------------------------------------------- preemption
+
+
+def _on_preempt(signum: int, frame: Any) -> None:
+    """Signal handler: only set the flag and leave a marker; the loop saves at the next step."""
+    global _preempted_by
+    name = signal.Signals(signum).name
+    if _preempted_by is None:
+        _preempted_by = name
+        control = _control_dir()
+        if control is not None:
+            try:
+                with open(os.path.join(control, "preempt.json"), "w") as fh:
+                    fh.write(json.dumps({"signal": name, "time": time.time(), "pid": os.getpid()}))
+            except OSError as exc:  # the flag is set regardless; say why the marker is missing
+                sys.stderr.write("[rgt] could not write preempt marker: %s\n" % exc)
+
+
+def _install_handlers() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in _PREEMPT_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, _on_preempt)
+
+
+def preempted() -> bool:
+    """True once SIGTERM or SIGUSR2 arrived: save a checkpoint, then return from training."""
+    return _preempted_by is not None
+
+
+# ----------------------------------------------------------------------------- seeds and RNG
+
+
+def seed(default: int = 0) -> int:
+    """This job's seed: ``RGT_SEED`` (set for each member of a ``--seeds`` group), else
+    ``default``."""
+    value = os.environ.get("RGT_SEED")
+    return int(value) if value else default
+
+
+def pg_timeout_s(default: float = 600.0) -> float:
+    """The process-group timeout for ``torch.distributed.init_process_group(timeout=...)``:
+    ``RGT_PG_TIMEOUT_S`` on a multi-node job, so a dead rank ends the job instead of hanging it
+    for torch's default 30 minutes."""
+    return float(os.environ.get("RGT_PG_TIMEOUT_S") or default)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy (if present) and torch (if present, CUDA included)."""
+    random.seed(seed)
+    np = _maybe_import("numpy")
+    if np is not None:
+        np.random.seed(seed % (2**32))
+    torch = _maybe_import("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+def _maybe_import(name: str) -> Any:
+    if name in sys.modules:
+        return sys.modules[name]
+    if importlib.util.find_spec(name) is None:
+        return None
+    return __import__(name)
+
+
+def _rng_state() -> dict[str, Any]:
+    version, internal, gauss = random.getstate()
+    state: dict[str, Any] = {"python": [version, list(internal), gauss]}
+    np = _maybe_import("numpy")
+    if np is not None:
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]
+    torch = _maybe_import("torch")
+    if torch is not None:
+        state["torch"] = torch.get_rng_state()
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _restore_rng(state: dict[str, Any]) -> None:
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    np = _maybe_import("numpy") if "numpy" in state else None
+    if np is not None:
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch = _maybe_import("torch") if "torch" in state else None
+    if torch is not None:
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def _list_ckpts(directory: str) -> list[tuple[int, str]]:
+    found = []
+    for entry in os.listdir(directory):
+        m = _CKPT_RE.match(entry)
+        if m:
+            found.append((int(m.group(1)), entry))
+    return sorted(found)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale_tmp(directory: str) -> None:
+    """Remove temporary files left by writers that died mid-write (never trusted anyway)."""
+    for entry in os.listdir(directory):
+        m = re.match(r"^\..*\.tmp-(\d+)$", entry)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            try:
+                os.unlink(os.path.join(directory, entry))
+            except FileNotFoundError:
+                pass
+
+
+class CheckpointNotSaved(OSError):
+    """A checkpoint could not be written durably (a full disk, a disk that did not confirm the
+    write): no temporary of it is left taking space, and the checkpoints saved before it are
+    untouched. ``errno`` is the one the disk gave (ENOSPC, EDQUOT, EIO)."""
+
+
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+
+
+def _disk_error(exc: BaseException) -> Optional[OSError]:
+    """The disk's own error behind ``exc``: torch reports a failed write of its zip stream as a
+    RuntimeError ("unexpected pos ...") whose context holds the OSError."""
+    seen = set()
+    current: Optional[BaseException] = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_ERRNOS:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _free_space(directory: str) -> Optional[Tuple[int, int]]:
+    """(bytes, inodes) free to this user in ``directory``; None when it cannot be read."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize, st.f_favail
+
+
+def _not_saved(
+    name: str, step: int, directory: str, cause: OSError, free: Optional[Tuple[int, int]]
+) -> CheckpointNotSaved:
+    """The error a job sees when checkpoint ``name`` could not be written, saying why and what
+    is still there; ``free`` is the room there was before the write."""
+    older = [n for _, n in _list_ckpts(directory) if n != name] if os.path.isdir(directory) else []
+    kept = (
+        "%s is still the latest checkpoint (load_latest() returns it)" % older[-1]
+        if older
+        else "there is no earlier checkpoint"
+    )
+    if cause.errno == errno.EIO:
+        why = (
+            "the disk did not confirm the write (%s): its bytes cannot be trusted and were "
+            "removed" % (cause.strerror or "EIO")
+        )
+        todo = "The disk may be failing: check it (dmesg), or launch with --ckpt-dir elsewhere."
+    else:
+        room = (
+            "%d bytes and %d inodes were free before it was written" % free
+            if free is not None
+            else "the free space could not be read"
+        )
+        why = "the disk holding %s is full (%s; %s); what was written of it was removed" % (
+            directory,
+            cause.strerror or "no space left",
+            room,
+        )
+        todo = (
+            "Free space there (keep fewer checkpoints with keep=, save a smaller state) or "
+            "launch with --ckpt-dir on a bigger disk, then resume."
+        )
+    message = "checkpoint %s (step %d) was NOT saved: %s. %s. %s" % (name, step, why, kept, todo)
+    return CheckpointNotSaved(cause.errno, message)
+
+
+def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> str:
+    """Atomically save ``state`` (plus RNG states) as checkpoint ``step``; keep the last ``keep``.
+
+    With torch present the file is ``ckpt-<step>.pt`` (``torch.save``); without torch the state
+    must be JSON-serializable and the file is ``ckpt-<step>.json``. Returns the path.
+
+    Raises :class:`CheckpointNotSaved` when the disk is full or fails the write; the earlier
+    checkpoints are then untouched (older ones are pruned only once a new one is durable).
+    """
+    if not isinstance(state, dict):
+        raise TypeError("save_checkpoint expects a dict (model/optimizer state_dicts, step, ...)")
+    if keep < 1:
+        raise ValueError("keep must be >= 1")
+    directory = ckpt_dir()
+    payload = dict(state)
+    payload["_rgt"] = {"step": int(step), "rng": _rng_state(), "time": time.time()}
+    torch = _maybe_import("torch")
+    if torch is not None:
+        name = "ckpt-%010d.pt" % int(step)
+
+        def write(fh: Any) -> None:
+            torch.save(payload, fh)
+    else:
+        name = "ckpt-%010d.json" % int(step)
+        data = json.dumps(payload, default=_json_default).encode()
+
+        def write(fh: Any) -> None:
+            fh.write(data)
+
+    path = os.path.join(directory, name)
+
+    def record(sha: str, size: int) -> None:
+        # The record is durable before the checkpoint gets its name, so a file under its final
+        # name always has a record to be checked against. When this step was saved before, the
+        # record names both until the rename is durable: a kill in between leaves the earlier
+        # checkpoint still matching its record.
+        lines = ["%s  %s\n" % (sha, name)]
+        if os.path.exists(path):
+            lines += ["%s  %s\n" % (h, name) for h in _recorded(path) if h != sha]
+        data = "".join(lines).encode()
+        _atomic_write(path + ".sha256", lambda f: f.write(data))
+
+    free = _free_space(directory)
+    try:
+        sha, _ = _atomic_write(path, write, before_commit=record)
+        if len(_recorded(path)) > 1:  # the rename is durable: the record names this file only
+            line = "%s  %s\n" % (sha, name)
+            _atomic_write(path + ".sha256", lambda f: f.write(line.encode()))
+    except Exception as exc:
+        cause = _disk_error(exc)
+        if cause is None:
+            raise
+        raise _not_saved(name, int(step), directory, cause, free) from exc
+    for _, old in _list_ckpts(directory)[:-keep]:
+        for victim in (old, old + ".sha256"):
+            try:
+                os.unlink(os.path.join(directory, victim))
+            except FileNotFoundError:
+                pass
+    _sweep_stale_tmp(directory)
+    return path
+
+
+def _sha256_file(path: str) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def _recorded(path: str) -> List[str]:
+    """The sha256 values the checkpoint's ``.sha256`` record lists (one per line; two only
+    while a checkpoint of the same step is being replaced)."""
+    try:
+        with open(path + ".sha256") as fh:
+            return [line.split()[0] for line in fh.read().splitlines() if line.split()]
+    except FileNotFoundError:
+        return []
+
+
+def _record_matches(path: str) -> bool:
+    recorded = _recorded(path)
+    return bool(recorded) and _sha256_file(path) in recorded
+
+
+def _load_file(path: str) -> dict[str, Any]:
+    if path.endswith(".json"):
+        with open(path) as fh:
+            return dict(json.load(fh))
+    torch = _maybe_import("torch")
+    if torch is None:
+        raise RuntimeError("%s is a torch checkpoint but torch is not installed" % path)
+    return dict(torch.load(path, map_location="cpu", weights_only=True))
+
+
+def load_latest() -> dict[str, Any] | None:
+    """Return the newest complete checkpoint in ``$RGT_CKPT_DIR`` (or None) and restore its RNG.
+
+    A checkpoint counts only when its bytes match the sha256 record written with it and it loads
+    with ``weights_only=True``; others are skipped with a note on stderr. The returned dict is the
+    state that was saved, with ``step`` set when the state did not carry one.
+    """
+    directory = ckpt_dir()
+    for step, name in reversed(_list_ckpts(directory)):
+        path = os.path.join(directory, name)
+        if not _record_matches(path):
+            sys.stderr.write("[rgt] skipping %s: bytes do not match its .sha256 record\n" % name)
+            continue
+        try:
+            payload = _load_file(path)
+        except Exception as exc:  # noqa: BLE001 - a bad file is skipped, and said so
+            sys.stderr.write("[rgt] skipping %s: does not load (%s)\n" % (name, exc))
+            continue
+        meta = payload.pop("_rgt", {})
+        _restore_rng(meta.get("rng", {}))
+        payload.setdefault("step", meta.get("step", step))
+        sys.stderr.write("[rgt] loaded %s (step %d)\n" % (name, step))
+        return payload
+    return None
+
+
+def _record_torch() -> None:
+    """At exit, if the job used torch: its version, CUDA build and the devices it saw."""
+    torch = sys.modules.get("torch")
+    control = _control_dir()
+    if torch is None or control is None:
+        return
+    info = {
+        "version": torch.__version__,
+        "cuda_build": torch.version.cuda,
+        "cuda_available": bool(torch.cuda.is_available()),
+    }
+    if info["cuda_available"]:
+        info["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    _write_json_atomic(os.path.join(control, "torch.json"), info)
+
+
+if os.environ.get("RGT_JOB_ID"):
+    # Only inside a job: a notebook kernel that imports this module keeps its own handlers.
+    _install_handlers()
+    atexit.register(_record_torch)

@@ -1,0 +1,625 @@
+"""The SSH transport (paramiko): hosts from ``~/.ssh/config``, keys checked against known_hosts.
+
+Host keys: the user's ``~/.ssh/known_hosts``, any ``UserKnownHostsFile`` the config names and the
+project's ``.rgt/known_hosts`` are honoured. An unknown host is refused with its fingerprint and
+the command that trusts it (``rgt trust-host ALIAS``); a changed key is refused loudly. Nothing is
+sent past key exchange to a host that was not verified.
+
+One connection per host per process (:func:`connect`); a dropped connection is re-opened on the
+next call, and a connection that cannot be made raises :class:`SSHError` with a ``kind``
+(``auth_failed``, ``host_key_unknown``, ``host_key_mismatch``, ``connection_refused``,
+``timeout``, ``no_sftp``, ``transport_unavailable``) and a message that says what to do.
+
+Dead peers: a host (or a network path) can go silent without closing anything, no FIN, no RST,
+and a read would then wait forever. Each connection is watched: once the server has sent nothing
+for ``RGT_SSH_ALIVE_S`` seconds (default 15) it is sent a keepalive it must answer (a global
+request with want-reply), and once it has sent nothing for 4 such intervals the connection is
+closed, so every call waiting on it ends with an :class:`SSHError` of kind ``timeout`` ("connection
+lost ..."); the next call connects again. The SSH handshake is held to the same limit (at most
+15 s), and the OpenSSH client that carries large reads gets the same ``ServerAliveInterval`` and
+``ServerAliveCountMax`` (:mod:`.stream`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import select
+import shlex
+import socket
+import stat as stat_mod
+import threading
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import paramiko
+
+from ...errors import SSHError
+from ..base import ExecResult, FileStat, ReadStream, Transport
+from . import stream
+from .hosts import HostSpec, RefuseUnknown, fingerprint, resolve, ssh_config_path
+from .liveness import HeardSocket, Liveness, handshake_timeout
+
+#: Reads of at least this many bytes go over a stream (:mod:`.stream`), smaller ones over SFTP.
+STREAM_MIN_BYTES = 8 << 20
+
+
+#: How large reads travel: ``auto`` (the OpenSSH client when usable, else a paramiko channel),
+#: ``openssh`` or ``paramiko``. Overridden by ``$RGT_SSH_TRANSFER``.
+TRANSFER_METHODS = ("auto", "openssh", "paramiko")
+
+
+#: paramiko starts a re-key after 512 MiB, and a re-key it starts while a channel is busy
+#: receiving can stall until its 30 s timeout (paramiko issue #822). OpenSSH servers re-key on
+#: their own schedule (per cipher), and a server-started re-key has no such race, so ours waits
+#: far longer: the server's limit always comes first.
+REKEY_AFTER = 1 << 40
+
+
+def _transport_factory(sock: Any, **kwargs: Any) -> paramiko.Transport:
+    transport = paramiko.Transport(sock, **kwargs)
+    packetizer = transport.packetizer
+    packetizer.REKEY_BYTES = REKEY_AFTER
+    packetizer.REKEY_PACKETS = REKEY_AFTER
+    options = transport.get_security_options()
+    preferred = [c for c in stream.PREFERRED_CIPHERS if c in options.ciphers]
+    options.ciphers = (*preferred, *(c for c in options.ciphers if c not in preferred))
+    return transport
+
+
+def transfer_method() -> str:
+    """``$RGT_SSH_TRANSFER`` (``auto``, ``openssh``, ``paramiko``); ``auto`` when unset."""
+    method = os.environ.get("RGT_SSH_TRANSFER", "auto").strip().lower() or "auto"
+    if method not in TRANSFER_METHODS:
+        raise SSHError(
+            "usage",
+            f"RGT_SSH_TRANSFER={method!r}: use one of {', '.join(TRANSFER_METHODS)}",
+        )
+    return method
+
+
+def open_socket(spec: HostSpec, project: Path | None) -> Any:
+    """A direct TCP socket, or a channel through the ProxyJump host."""
+    if spec.proxy_jump:
+        jump = connect(spec.proxy_jump.split(",")[0], project)
+        transport = jump.client().get_transport()
+        assert transport is not None
+        try:
+            return transport.open_channel(
+                "direct-tcpip",
+                (spec.hostname, spec.port),
+                ("127.0.0.1", 0),
+                timeout=handshake_timeout(),
+            )
+        except paramiko.ChannelException as exc:
+            raise SSHError(
+                "connection_refused",
+                f"{spec.proxy_jump} could not reach {spec.hostname}:{spec.port} ({exc})",
+            ) from exc
+    limit = handshake_timeout()
+    try:
+        sock = socket.create_connection((spec.hostname, spec.port), timeout=limit)
+        # Requests are small and answered one by one: never hold one back for Nagle.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    except ConnectionRefusedError as exc:
+        raise SSHError(
+            "connection_refused",
+            f"{spec.alias} ({spec.hostname}:{spec.port}) "
+            "refused the connection: is sshd running and the port right?",
+        ) from exc
+    except TimeoutError as exc:
+        raise SSHError(
+            "timeout",
+            f"{spec.alias} ({spec.hostname}:{spec.port}) did not answer "
+            f"within {limit:g} s: is the host up and the address right?",
+        ) from exc
+    except OSError as exc:
+        raise SSHError("transport_unavailable", f"cannot reach {spec.alias}: {exc}") from exc
+
+
+class SSHTransport(Transport):
+    """A host reached over SSH. Commands go over exec channels, files over one SFTP session."""
+
+    name = "ssh"
+
+    def __init__(self, alias: str, project: Path | None = None) -> None:
+        self.alias = alias
+        self.host = alias
+        self.project = project
+        self.spec = resolve(alias, project)
+        self._client: paramiko.SSHClient | None = None
+        self._alive: Liveness | None = None  # the open connection's dead-peer watchdog
+        self._sftp: paramiko.SFTPClient | None = None
+        self._lock = threading.RLock()
+        self._home: str | None = None
+        self._dirs: set[str] = set()  # directories known to exist: each costs a round trip
+        self._openssh_ok: bool | None = None  # did the ssh binary work for this host?
+        self.last_stream: str | None = None  # how the last large read travelled
+
+    # -- connection
+
+    def client(self) -> paramiko.SSHClient:
+        """The open connection, (re)connecting when needed."""
+        with self._lock:
+            transport = self._client.get_transport() if self._client else None
+            if transport is not None and transport.is_active():
+                return cast(paramiko.SSHClient, self._client)
+            self._sftp = None
+            if self._alive is not None:
+                self._alive.stop()
+                self._alive = None
+            self._client = self._connect()
+            return self._client
+
+    def _lost(self, reason: str, what: str = "", maybe_ran: bool = False) -> SSHError:
+        """The error of a call whose connection the watchdog gave up (the host went silent)."""
+        ran = f" {what} may or may not have completed there." if maybe_ran and what else ""
+        return SSHError(
+            "timeout",
+            f"connection lost: {self.alias} stopped answering ({reason}).{ran} The host or the "
+            "network to it is stalled (this says nothing about jobs running there). Try again "
+            f"once `ssh {self.alias} true` answers (RGT_SSH_ALIVE_S sets how soon a silent host "
+            "is given up).",
+            maybe_ran=maybe_ran,
+        )
+
+    def _dead(self) -> str | None:
+        """Why the watchdog gave the open connection up, if it did."""
+        return self._alive.dead if self._alive is not None else None
+
+    def _connect(self) -> paramiko.SSHClient:
+        spec = self.spec
+        client = paramiko.SSHClient()
+        for path in spec.known_hosts:  # read as "system" keys: never written back
+            if path.exists():
+                client.load_system_host_keys(str(path))
+        client.set_missing_host_key_policy(RefuseUnknown(spec))
+        limit = handshake_timeout()
+        sock = HeardSocket(open_socket(spec, self.project))
+        started = time.monotonic()
+        try:
+            client.connect(
+                spec.hostname,
+                port=spec.port,
+                username=spec.user,
+                key_filename=spec.identity_files or None,
+                timeout=limit,
+                banner_timeout=limit,
+                auth_timeout=limit,
+                sock=sock,
+                allow_agent=True,
+                look_for_keys=not spec.identity_files,
+                transport_factory=_transport_factory,
+            )
+        except SSHError:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise SSHError(
+                "host_key_mismatch",
+                f"THE HOST KEY OF {spec.alias} ({spec.key_name}) HAS CHANGED: it now presents "
+                f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}. This "
+                "can be a re-created machine or someone in the middle. Nothing was sent. Verify "
+                "the new key with the machine's console; only then remove the old entry "
+                f"(ssh-keygen -R '{spec.key_name}') and run `rgt trust-host {spec.alias}`.",
+            ) from exc
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            if "timeout" in str(exc).lower():
+                raise self._handshake_stalled(limit) from exc
+            raise SSHError(
+                "auth_failed",
+                f"{spec.alias} refused our keys (user {spec.user or 'default'}): add your public "
+                "key to the remote ~/.ssh/authorized_keys, or set IdentityFile for this Host in "
+                "~/.ssh/config",
+            ) from exc
+        except TimeoutError as exc:
+            client.close()
+            raise self._handshake_stalled(limit) from exc
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            client.close()
+            cause = exc.__cause__ or exc.__context__
+            late = time.monotonic() - started >= limit  # paramiko's own waits ran out
+            if late or isinstance(cause, TimeoutError) or "timed out" in str(exc).lower():
+                raise self._handshake_stalled(limit) from exc
+            if "banner" in str(exc):
+                raise SSHError(
+                    "transport_unavailable",
+                    f"{spec.alias} ({spec.hostname}:{spec.port}) closed the connection before "
+                    "the SSH handshake: is sshd running there (and nothing else on that port)? "
+                    f"Check with `ssh {spec.alias} true`, then try again.",
+                ) from exc
+            raise SSHError("transport_unavailable", f"{spec.alias}: {exc}") from exc
+        transport = client.get_transport()
+        assert transport is not None
+        self._alive = Liveness(transport, sock, spec.alias)
+        return client
+
+    def _handshake_stalled(self, limit: float) -> SSHError:
+        spec = self.spec
+        return SSHError(
+            "timeout",
+            f"{spec.alias} ({spec.hostname}:{spec.port}) accepted the connection but the SSH "
+            f"handshake did not complete within {limit:g} s: the host or the network to it is "
+            f"stalled. Try again once `ssh {spec.alias} true` answers.",
+        )
+
+    def sftp(self) -> paramiko.SFTPClient:
+        """The SFTP session on the open connection."""
+        with self._lock:
+            client = self.client()
+            if self._sftp is None or self._sftp.sock.closed:
+                try:
+                    self._sftp = client.open_sftp()
+                except paramiko.SSHException as exc:
+                    transport = client.get_transport()
+                    if transport is None or not transport.is_active():
+                        raise  # the connection dropped: not a missing subsystem
+                    raise SSHError(
+                        "no_sftp",
+                        f"{self.alias} offers no SFTP subsystem ({exc}): "
+                        "enable `Subsystem sftp` in its sshd_config",
+                    ) from exc
+            return self._sftp
+
+    def _retry(self, op: Any) -> Any:
+        """Run an SFTP operation (one at a time: the session is shared by the watcher thread);
+        after a dropped connection, reconnect once and retry. A connection given up because the
+        host went silent is not retried here: the call fails at once, the next one reconnects."""
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    return op(self.sftp())
+                except (EOFError, paramiko.SSHException, OSError) as exc:
+                    if isinstance(exc, OSError) and exc.errno is not None:
+                        raise  # a real answer from the server (no such file, permission denied)
+                    dead = self._dead()
+                    self.close()
+                    if dead is not None:
+                        raise self._lost(dead) from exc
+                    if attempt == 2:
+                        raise SSHError(
+                            "transport_unavailable", f"lost the connection to {self.alias}: {exc}"
+                        ) from exc
+            raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            if self._alive is not None:
+                self._alive.stop()
+                self._alive = None
+            if self._client is not None:
+                self._client.close()
+            self._client = None
+            self._sftp = None
+            self._dirs.clear()
+
+    # -- the interface
+
+    def exec(
+        self, argv: list[str], *, stdin: bytes | None = None, timeout: float | None = 60.0
+    ) -> ExecResult:
+        command = shlex.join(argv)
+        alive: Liveness | None = None
+        try:
+            transport = self.client().get_transport()
+            alive = self._alive
+            assert transport is not None
+            chan = transport.open_session(timeout=handshake_timeout())
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            dead = alive.dead if alive is not None else None
+            self.close()
+            if dead is not None:
+                raise self._lost(dead) from exc
+            raise SSHError("transport_unavailable", f"{self.alias}: {exc}") from exc
+        chan.settimeout(timeout)
+        try:
+            chan.exec_command(command)
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                if chan.recv_ready():
+                    out += chan.recv(1 << 16)
+                elif chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+                elif (
+                    chan.exit_status_ready()
+                    and not chan.recv_ready()
+                    and not chan.recv_stderr_ready()
+                ):
+                    break
+                else:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise SSHError(
+                            "timeout",
+                            f"{self.alias}: {argv[0]} ran past {timeout} s",
+                            maybe_ran=True,
+                        )
+                    # Sleep until data or the end arrives (the channel's pipe), not in a spin.
+                    wait = 1.0 if left is None else min(left, 1.0)
+                    if not select.select([chan], [], [], wait)[0] or chan.eof_received:
+                        chan.status_event.wait(0.05)
+            while chan.recv_ready():
+                out += chan.recv(1 << 16)
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(1 << 16)
+            code = chan.recv_exit_status()
+            if code == -1 and not transport.is_active():  # closed with no exit status
+                raise EOFError("the connection closed before the command's exit status came")
+        except TimeoutError as exc:
+            raise SSHError(
+                "timeout", f"{self.alias}: {argv[0]} ran past {timeout} s", maybe_ran=True
+            ) from exc
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise self._dropped(argv[0], transport, alive, exc) from exc
+        finally:
+            with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
+                chan.close()  # on a dropped connection there is nothing left to close
+        return ExecResult(tuple(argv), code, bytes(out), bytes(err))
+
+    def _dropped(
+        self,
+        what: str,
+        transport: paramiko.Transport,
+        alive: Liveness | None,
+        exc: BaseException,
+    ) -> SSHError:
+        """The error of a command whose channel broke after the command was sent."""
+        dead = alive.dead if alive is not None else None
+        why = str(exc) or type(exc).__name__
+        socket_broke = isinstance(exc, EOFError | OSError)  # before the transport noticed
+        if dead is None and transport.is_active() and not socket_broke:
+            return SSHError(
+                "transport_unavailable",
+                f"{self.alias}: the channel of `{what}` failed ({why}); it may or may not have "
+                "run there.",
+                maybe_ran=True,
+            )
+        with self._lock:
+            if self._alive is alive:  # not a connection opened since by another call
+                self.close()
+        if dead is not None:
+            return self._lost(dead, f"`{what}`", maybe_ran=True)
+        return SSHError(
+            "transport_unavailable",
+            f"the connection to {self.alias} dropped while `{what}` ran ({why}): it may or may "
+            "not have completed there. The next call connects again.",
+            maybe_ran=True,
+        )
+
+    def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        def op(sftp: paramiko.SFTPClient) -> bytes:
+            with sftp.open(path, "rb") as fh:
+                fh.seek(offset)
+                if length is None:
+                    # /proc files report size 0: read until EOF.
+                    chunks: list[bytes] = []
+                    while True:
+                        chunk = fh.read(1 << 16)
+                        if not chunk:
+                            return b"".join(chunks)
+                        chunks.append(chunk)
+                return bytes(fh.read(length))
+
+        return cast(bytes, self._retry(op))
+
+    def write_bytes(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.tmp-{os.getpid()}"
+
+        def op(sftp: paramiko.SFTPClient) -> None:
+            with sftp.open(tmp, "wb") as fh:
+                fh.chmod(mode)
+                fh.write(data)
+            sftp.posix_rename(tmp, path)
+
+        self._in_dir(os.path.dirname(path), op)
+
+    def put(self, local: Path, remote: str) -> None:
+        tmp = f"{os.path.dirname(remote)}/.{os.path.basename(remote)}.tmp-{os.getpid()}"
+
+        def op(sftp: paramiko.SFTPClient) -> None:
+            sftp.put(str(local), tmp)
+            sftp.chmod(tmp, stat_mod.S_IMODE(os.stat(local).st_mode))
+            sftp.posix_rename(tmp, remote)
+
+        self._in_dir(os.path.dirname(remote), op)
+
+    def _in_dir(self, directory: str, op: Any) -> None:
+        """Run a write ``op`` in ``directory``, making it first; a cached directory that
+        vanished meanwhile is made again, once."""
+        self.makedirs(directory)
+        try:
+            self._retry(op)
+        except FileNotFoundError:
+            self._dirs.discard(directory)
+            self.makedirs(directory)
+            self._retry(op)
+
+    def open_read(self, path: str, offset: int = 0) -> ReadStream:
+        found = self.stat(path)
+        if found is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        if found.size - offset >= STREAM_MIN_BYTES:
+            return self._open_stream(path, offset)
+        return self._open_sftp(path, offset)
+
+    def _openssh_usable(self, method: str) -> str | None:
+        """The ssh binary, when this read should go through it."""
+        if method == "paramiko" or self._openssh_ok is False:
+            return None
+        binary = stream.openssh_binary()
+        if self.spec.proxy_jump or binary is None:
+            if method == "openssh":
+                raise SSHError(
+                    "usage",
+                    f"RGT_SSH_TRANSFER=openssh: {self.alias} "
+                    + ("is behind a ProxyJump" if binary else "there is no `ssh` client here")
+                    + "; unset it to use the built-in transfer",
+                )
+            return None
+        return binary
+
+    def _open_stream(self, path: str, offset: int) -> ReadStream:
+        method = transfer_method()
+        binary = self._openssh_usable(method)
+        if binary is not None:
+            argv = stream.openssh_argv(
+                binary,
+                self.alias,
+                ssh_config_path(),
+                self.spec.known_hosts,
+                stream.read_command(path, offset),
+            )
+            reader = stream.OpenSSHStream(argv, path)
+            if self._openssh_ok is None and method == "auto":
+                first = self._first_bytes(reader)
+                if first is None:  # ssh itself could not connect here: use paramiko from now on
+                    self._openssh_ok = False
+                    return self._open_stream(path, offset)
+                self._openssh_ok = True
+                self.last_stream = "openssh"
+                return cast(ReadStream, _Prefixed(first, reader))
+            self.last_stream = "openssh"
+            return cast(ReadStream, reader)
+        transport = self.client().get_transport()
+        assert transport is not None
+        try:
+            channel = stream.ChannelStream(transport, path, offset, handshake_timeout())
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self.close()
+            raise SSHError("transport_unavailable", f"{self.alias}: {exc}") from exc
+        self.last_stream = "paramiko"
+        return cast(ReadStream, channel)
+
+    def _first_bytes(self, reader: stream.OpenSSHStream) -> bytes | None:
+        """The first read of a stream, or None when ssh failed before a byte arrived for a
+        reason of its own (keys, options, host key) rather than a dropped link."""
+        try:
+            return reader.read(1 << 20)
+        except stream.StreamError as exc:
+            reader.close()
+            if reader.received == 0 and not stream.LINK_FAILURE.search(str(exc)):
+                return None
+            raise
+
+    def _open_sftp(self, path: str, offset: int) -> ReadStream:
+        """A small file, read whole on the shared SFTP session with its reads pipelined."""
+
+        def op(sftp: paramiko.SFTPClient) -> bytes:
+            with sftp.open(path, "rb") as fh:
+                size = fh.stat().st_size or 0
+                fh.seek(offset)
+                if size <= offset:
+                    return b""
+                fh.prefetch(size, max_concurrent_requests=256)
+                return bytes(fh.read(size - offset))
+
+        return cast(ReadStream, io.BytesIO(cast(bytes, self._retry(op))))
+
+    def stat(self, path: str) -> FileStat | None:
+        def op(sftp: paramiko.SFTPClient) -> FileStat | None:
+            try:
+                st = sftp.stat(path)
+            except FileNotFoundError:
+                return None
+            return FileStat(
+                int(st.st_size or 0), float(st.st_mtime or 0), stat_mod.S_ISDIR(st.st_mode or 0)
+            )
+
+        return cast("FileStat | None", self._retry(op))
+
+    def makedirs(self, path: str, mode: int = 0o755) -> None:
+        if path in self._dirs:
+            return
+
+        def op(sftp: paramiko.SFTPClient) -> None:
+            try:  # the common case: it exists already, one round trip
+                if stat_mod.S_ISDIR(sftp.stat(path).st_mode or 0):
+                    return
+            except FileNotFoundError:
+                pass
+            parts = [p for p in path.split("/") if p]
+            current = "" if path.startswith("/") else "."
+            for part in parts:
+                current = f"{current}/{part}"
+                try:
+                    st = sftp.stat(current)
+                except FileNotFoundError:
+                    try:
+                        sftp.mkdir(current, mode)
+                    except OSError:
+                        st = sftp.stat(current)  # made meanwhile by someone else: fine if a dir
+                        if not stat_mod.S_ISDIR(st.st_mode or 0):
+                            raise
+                    continue
+                if not stat_mod.S_ISDIR(st.st_mode or 0):
+                    raise NotADirectoryError(errno.ENOTDIR, f"{current} is not a directory")
+
+        self._retry(op)
+        self._dirs.add(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(cast(list[str], self._retry(lambda sftp: sftp.listdir(path))))
+
+    def home(self) -> str:
+        if self._home is None:
+            self._home = cast(str, self._retry(lambda sftp: sftp.normalize(".")))
+        return self._home
+
+
+class _Prefixed:
+    """A stream whose first bytes were already read."""
+
+    def __init__(self, first: bytes, rest: stream.OpenSSHStream) -> None:
+        self._first = first
+        self._rest = rest
+
+    def read(self, n: int = -1) -> bytes:
+        if self._first:
+            if n is None or n < 0 or n >= len(self._first):
+                out, self._first = self._first, b""
+            else:
+                out, self._first = self._first[:n], self._first[n:]
+            return out
+        return self._rest.read(n)
+
+    def readinto(self, buf: bytearray | memoryview) -> int:
+        if self._first:
+            data = self.read(len(buf))
+            memoryview(buf).cast("B")[: len(data)] = data
+            return len(data)
+        return self._rest.readinto(buf)
+
+    def close(self) -> None:
+        self._rest.close()
+
+    def __enter__(self) -> _Prefixed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_CONNECTIONS: dict[tuple[str, str], SSHTransport] = {}
+
+
+_CONNECTIONS_LOCK = threading.Lock()
+
+
+def connect(alias: str, project: Path | None = None) -> SSHTransport:
+    """The process's one transport for ``alias`` (connected lazily, on first use)."""
+    key = (alias, str(project))
+    with _CONNECTIONS_LOCK:
+        if key not in _CONNECTIONS:
+            _CONNECTIONS[key] = SSHTransport(alias, project)
+        return _CONNECTIONS[key]

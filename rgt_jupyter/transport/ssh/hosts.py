@@ -1,0 +1,111 @@
+"""The SSH transport (paramiko): hosts from ``~/.ssh/config``, keys checked against known_hosts.
+
+Host keys: the user's ``~/.ssh/known_hosts``, any ``UserKnownHostsFile`` the config names and the
+project's ``.rgt/known_hosts`` are honoured. An unknown host is refused with its fingerprint and
+the command that trusts it (``rgt trust-host ALIAS``); a changed key is refused loudly. Nothing is
+sent past key exchange to a host that was not verified.
+
+One connection per host per process (:func:`connect`); a dropped connection is re-opened on the
+next call, and a connection that cannot be made raises :class:`SSHError` with a ``kind``
+(``auth_failed``, ``host_key_unknown``, ``host_key_mismatch``, ``connection_refused``,
+``timeout``, ``no_sftp``, ``transport_unavailable``) and a message that says what to do.
+
+Dead peers: a host (or a network path) can go silent without closing anything, no FIN, no RST,
+and a read would then wait forever. Each connection is watched: once the server has sent nothing
+for ``RGT_SSH_ALIVE_S`` seconds (default 15) it is sent a keepalive it must answer (a global
+request with want-reply), and once it has sent nothing for 4 such intervals the connection is
+closed, so every call waiting on it ends with an :class:`SSHError` of kind ``timeout`` ("connection
+lost ..."); the next call connects again. The SSH handshake is held to the same limit (at most
+15 s), and the OpenSSH client that carries large reads gets the same ``ServerAliveInterval`` and
+``ServerAliveCountMax`` (:mod:`.stream`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import paramiko
+
+from ...errors import SSHError
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style ``SHA256:...`` fingerprint of a host key."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def ssh_config_path() -> Path:
+    """``$RGT_SSH_CONFIG``, else ``~/.ssh/config``."""
+    return Path(os.environ.get("RGT_SSH_CONFIG") or os.path.expanduser("~/.ssh/config"))
+
+
+@dataclass
+class HostSpec:
+    """A host alias resolved through the SSH config."""
+
+    alias: str
+    hostname: str
+    port: int
+    user: str | None
+    identity_files: list[str] = field(default_factory=list)
+    known_hosts: list[Path] = field(default_factory=list)
+    proxy_jump: str | None = None
+
+    @property
+    def key_name(self) -> str:
+        """How known_hosts names this host (``[host]:port`` unless the port is 22)."""
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+
+def resolve(alias: str, project: Path | None = None) -> HostSpec:
+    """Resolve ``alias`` through the SSH config (HostName, Port, User, IdentityFile, ProxyJump)."""
+    config = paramiko.SSHConfig()
+    path = ssh_config_path()
+    if path.exists():
+        config = paramiko.SSHConfig.from_path(str(path))
+    found = config.lookup(alias)
+    known = [Path(os.path.expanduser("~/.ssh/known_hosts"))]
+    for entry in str(found.get("userknownhostsfile", "")).split():
+        known.append(Path(os.path.expanduser(entry)))
+    if project is not None:
+        known.append(project / ".rgt" / "known_hosts")
+    return HostSpec(
+        alias=alias,
+        hostname=str(found.get("hostname", alias)),
+        port=int(found.get("port", 22)),
+        user=found.get("user"),
+        identity_files=[os.path.expanduser(p) for p in found.get("identityfile", [])],
+        known_hosts=known,
+        proxy_jump=found.get("proxyjump"),
+    )
+
+
+class RefuseUnknown(paramiko.MissingHostKeyPolicy):
+    """Refuse an unknown host, naming its fingerprint and the command that trusts it."""
+
+    def __init__(self, spec: HostSpec) -> None:
+        self.spec = spec
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        raise SSHError(
+            "host_key_unknown",
+            f"{self.spec.alias} ({hostname}) is not a known host: it presents a "
+            f"{key.get_name()} key {fingerprint(key)}. Check that fingerprint with the machine's "
+            f"owner or console, then run `rgt trust-host {self.spec.alias}`.",
+        )
+
+
+def load_host_keys(spec: HostSpec) -> paramiko.HostKeys:
+    """Every known host key from the user's, the config's and the project's known_hosts."""
+    keys = paramiko.HostKeys()
+    for path in spec.known_hosts:
+        if path.exists():
+            keys.load(str(path))
+    return keys

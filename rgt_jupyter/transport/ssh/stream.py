@@ -1,0 +1,324 @@
+"""Bulk reads over SSH: one remote file, from an offset, as a plain byte stream.
+
+A large pull does not go through SFTP requests. The remote prints the file from the offset on
+(:func:`read_command`) and its stdout comes back as one stream, so flow control is the SSH window
+alone:
+
+* :class:`OpenSSHStream`: the local OpenSSH client (``ssh``) carries the stream. Its C crypto
+  and packet handling run in a process of their own, beside the hashing and writing here. It
+  is given the same config file and the same known_hosts files the paramiko connection uses,
+  with ``StrictHostKeyChecking=yes`` and ``BatchMode=yes``: it never prompts, never trusts a new
+  key and never writes one.
+* :class:`ChannelStream`: an exec channel of the open paramiko connection, with a large window
+  and large packets; used where there is no ``ssh`` binary, for hosts behind a ProxyJump (whose
+  host key policy the client's command line cannot pin), or when ``RGT_SSH_TRANSFER=paramiko``.
+
+Either way, a stream that ends before the remote command reported success raises
+:class:`~rgt_jupyter.errors.TransportError` (the pull resumes from its part file); the
+sha256 manifest judges the bytes, never the stream.
+
+A silent peer (no FIN, no RST) is found the same way on both: after ``RGT_SSH_ALIVE_S`` seconds
+without a byte (default 15) the server is asked for an answer, and after 4 such intervals the
+stream is given up (:func:`alive_settings`; OpenSSH's ``ServerAliveInterval`` and
+``ServerAliveCountMax``, the paramiko connection's own watchdog).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from ...errors import TransportError
+
+#: Seconds without a byte from the server before it is asked for an answer (keepalive);
+#: ``$RGT_SSH_ALIVE_S`` overrides it.
+ALIVE_S = 15.0
+#: Unanswered intervals after which the server is taken for dead.
+ALIVE_COUNT = 4
+#: Seconds a new connection may take at most (TCP and handshake).
+CONNECT_S = 15.0
+#: Seconds an ``ssh`` process that sent all of a file may take to exit.
+STALL_S = 60.0
+#: The SSH window and packet size offered for a stream channel (paramiko).
+WINDOW_BYTES = 16 << 20
+PACKET_BYTES = 256 << 10
+#: AES-GCM first: with AES instructions in the CPU it is the cheapest cipher at both ends.
+PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+_F_SETPIPE_SZ = 1031
+#: What ssh prints when the link, not the client, failed.
+LINK_FAILURE = re.compile(
+    r"Connection (reset|closed|refused|timed out)|Broken pipe|Timeout|timed out|"
+    r"Network is unreachable|No route to host|ssh_exchange_identification|kex_exchange_identification",
+    re.IGNORECASE,
+)
+
+
+class StreamError(TransportError):
+    """A stream that broke off (``kind`` as in :class:`~rgt_jupyter.transport.ssh.SSHError`)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"[{kind}] {message}")
+        self.kind = kind
+
+
+def alive_settings() -> tuple[float, int]:
+    """``(interval, count)``: a connection silent for ``interval`` seconds is sent a keepalive
+    the server must answer, and one silent for ``interval * count`` seconds is given up as dead.
+    The interval is ``$RGT_SSH_ALIVE_S`` (seconds, default 15), the count 4."""
+    raw = os.environ.get("RGT_SSH_ALIVE_S", "").strip()
+    if not raw:
+        return ALIVE_S, ALIVE_COUNT
+    try:
+        interval = float(raw)
+    except ValueError:
+        interval = 0.0
+    if not interval > 0 or interval > 86400:
+        raise StreamError(
+            "usage", f"RGT_SSH_ALIVE_S={raw!r}: give the keepalive interval in seconds (e.g. 15)"
+        )
+    return interval, ALIVE_COUNT
+
+
+def read_command(path: str, offset: int) -> str:
+    """The remote command that prints ``path`` from byte ``offset`` on (path quoted).
+
+    ``cat`` copies in large blocks (``tail -c +N`` copies 8 KiB at a time: many times the system
+    calls); the offset is reached by ``dd ... count=0``, which only seeks the shared file
+    descriptor, in 128 KiB blocks and then bytes.
+    """
+    blocks, rest = divmod(int(offset), 1 << 17)
+    seek = ""
+    if blocks:
+        seek += f"dd bs=131072 skip={blocks} count=0 2>/dev/null && "
+    if rest:
+        seek += f"dd bs=1 skip={rest} count=0 2>/dev/null && "
+    return f"{{ {seek}exec cat; }} < {shlex.quote(path)}"
+
+
+def _remote_error(path: str, code: int, stderr: str) -> OSError:
+    text = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {code}"
+    if "No such file" in stderr:
+        return FileNotFoundError(errno.ENOENT, text, path)
+    if "Permission denied" in stderr:
+        return PermissionError(errno.EACCES, text, path)
+    return OSError(errno.EIO, text, path)
+
+
+def openssh_binary() -> str | None:
+    """The local OpenSSH client, if there is one."""
+    return shutil.which("ssh")
+
+
+def openssh_argv(
+    ssh: str,
+    alias: str,
+    config: Path,
+    known_hosts: list[Path],
+    command: str,
+) -> list[str]:
+    """``ssh`` argv that reaches ``alias`` exactly as the paramiko connection does, with host
+    keys checked against ``known_hosts`` only and nothing interactive, forwarded or multiplexed."""
+    quoted = " ".join('"' + str(p).replace('"', "") + '"' for p in known_hosts)
+    interval, count = alive_settings()
+    options = {
+        "BatchMode": "yes",
+        "StrictHostKeyChecking": "yes",
+        "UserKnownHostsFile": quoted or "/dev/null",
+        "GlobalKnownHostsFile": "/dev/null",
+        "UpdateHostKeys": "no",
+        "ControlMaster": "no",
+        "ControlPath": "none",
+        "ClearAllForwardings": "yes",
+        "ForwardAgent": "no",
+        "ForwardX11": "no",
+        "PermitLocalCommand": "no",
+        "Compression": "no",
+        # Whole seconds only (OpenSSH takes no fractions); the paramiko connection's limits.
+        "ConnectTimeout": str(max(1, round(min(CONNECT_S, interval * count)))),
+        "ServerAliveInterval": str(max(1, round(interval))),
+        "ServerAliveCountMax": str(count),
+        "Ciphers": "^" + ",".join(PREFERRED_CIPHERS),
+        "LogLevel": "ERROR",
+    }
+    argv = [ssh, "-F", str(config) if config.exists() else "/dev/null", "-T"]
+    for key, value in options.items():
+        argv += ["-o", f"{key}={value}"]
+    return [*argv, "--", alias, command]
+
+
+class OpenSSHStream:
+    """A remote file read through a local ``ssh`` process (see the module docstring)."""
+
+    def __init__(self, argv: list[str], path: str) -> None:
+        self.path = path
+        self.received = 0
+        self._stderr = tempfile.TemporaryFile()
+        read_end, write_end = os.pipe()
+        try:
+            fcntl.fcntl(read_end, _F_SETPIPE_SZ, 1 << 20)  # fewer wake-ups per MiB
+        except OSError:
+            pass
+        try:
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=write_end,
+                stderr=self._stderr,
+                start_new_session=True,  # a Ctrl-C in the kernel is handled here, not by ssh
+            )
+        finally:
+            os.close(write_end)
+        self._out = os.fdopen(read_end, "rb", buffering=0)
+        self._ended = False
+
+    def readinto(self, buf: bytearray | memoryview) -> int:
+        """Fill ``buf`` (less only at the end); 0 once the whole file has come."""
+        if self._ended:
+            return 0
+        view = memoryview(buf).cast("B")
+        got = 0
+        while got < len(view):
+            count = self._out.readinto(view[got:])
+            if not count:
+                break
+            got += count
+        self.received += got
+        if got == 0:
+            self._finish()
+        return got
+
+    def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes (fewer only at the end); b"" once the whole file has come."""
+        buf = bytearray((1 << 20) if n is None or n < 0 else n)
+        got = self.readinto(buf)
+        return bytes(buf) if got == len(buf) else bytes(buf[:got])
+
+    def _finish(self) -> None:
+        self._ended = True
+        try:
+            code = self._proc.wait(timeout=STALL_S)
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise StreamError("timeout", f"ssh did not exit after sending {self.path}") from None
+        self._stderr.seek(0)
+        stderr = self._stderr.read().decode(errors="replace")
+        if code == 0:
+            return
+        if code == 255:  # ssh's own failure: the connection, not the file
+            raise StreamError(
+                "transport_unavailable",
+                f"the transfer of {self.path} broke off after {self.received} bytes: "
+                + (stderr.strip().splitlines()[-1] if stderr.strip() else "ssh exited 255"),
+            )
+        raise _remote_error(self.path, code, stderr)
+
+    def close(self) -> None:
+        """Stop the transfer (if still running) and release the process."""
+        if self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._out.close()
+        self._stderr.close()
+
+    def __enter__(self) -> OpenSSHStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ChannelStream:
+    """A remote file read through an exec channel of a paramiko transport."""
+
+    def __init__(self, transport: Any, path: str, offset: int, timeout: float) -> None:
+        self.path = path
+        self.received = 0
+        self._chan = transport.open_session(
+            window_size=WINDOW_BYTES, max_packet_size=PACKET_BYTES, timeout=timeout
+        )
+        interval, count = alive_settings()
+        self.stall_s = interval * count
+        self._chan.settimeout(self.stall_s)
+        self._chan.exec_command(read_command(path, offset))
+        self._ended = False
+
+    def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes (fewer only at the end); b"" once the whole file has come."""
+        if self._ended:
+            return b""
+        want = (1 << 20) if n is None or n < 0 else n
+        parts: list[bytes] = []
+        got = 0
+        try:
+            while got < want:
+                chunk = self._chan.recv(want - got)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
+        except TimeoutError as exc:
+            raise StreamError(
+                "timeout", f"no data for {self.stall_s:g} s while reading {self.path}"
+            ) from exc
+        except (EOFError, paramiko.SSHException, OSError) as exc:
+            raise StreamError(
+                "transport_unavailable",
+                f"the connection dropped after {self.received + got} bytes of {self.path}: {exc}",
+            ) from exc
+        self.received += got
+        if got == 0:
+            self._finish()
+            return b""
+        return b"".join(parts)
+
+    def readinto(self, buf: bytearray | memoryview) -> int:
+        """Fill ``buf`` (less only at the end); 0 once the whole file has come."""
+        data = self.read(len(buf))
+        memoryview(buf).cast("B")[: len(data)] = data
+        return len(data)
+
+    def _finish(self) -> None:
+        self._ended = True
+        code = self._chan.recv_exit_status()  # -1: the channel closed without one
+        stderr = b""
+        while self._chan.recv_stderr_ready():
+            stderr += self._chan.recv_stderr(1 << 16)
+        if code == 0:
+            return
+        if code < 0:
+            raise StreamError(
+                "transport_unavailable",
+                f"the connection dropped after {self.received} bytes of {self.path}",
+            )
+        raise _remote_error(self.path, code, stderr.decode(errors="replace"))
+
+    def close(self) -> None:
+        """Close the channel."""
+        try:
+            self._chan.close()
+        except (OSError, EOFError):
+            pass
+
+    def __enter__(self) -> ChannelStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
