@@ -27,6 +27,7 @@ from .jobs.tracebacks import traceback_lines
 from .run.billing import cost_text
 from .run.launch import launch, update_spec
 from .run.pull import pull
+from .run.secrets import drop_leftover_secrets
 from .run.seeds import launch_seeds
 from .store.fsutil import jsonl_records
 from .store.project import project_dir
@@ -53,6 +54,8 @@ class Job:
         self.notices: list[str] = []
         self._transport: Transport | None = None
         self._last: Snapshot | None = None
+        self._secrets_checked = False
+        self._secrets_note: str | None = None
         if row.get("state") not in TERMINAL:
             self.backend.follow(self.spec)
 
@@ -106,6 +109,13 @@ class Job:
         ``via``: the transport to read through (the watcher passes one that answers from its
         batched look at the machine)."""
         snap = self.backend.observe(via or self.transport, self.spec, log_lines=log_lines)
+        if snap.terminal and not self._secrets_checked:
+            self._secrets_checked = True
+            self._secrets_note = drop_leftover_secrets(
+                self.transport, self.spec, snap, Registry(self.project)
+            )
+        if self._secrets_note:
+            snap.diagnosis = "; ".join(x for x in (snap.diagnosis, self._secrets_note) if x)
         if self.spec.instance_id:
             inst = Registry(self.project).instance(self.spec.instance_id)
             snap.cost = cost_text(inst) if inst else None
@@ -120,6 +130,11 @@ class Job:
         return str((self._last.state if self._last else None) or self._row.get("state"))
 
     @property
+    def recorded_at(self) -> float:
+        """When the registry last recorded anything of the job (its state, its spec)."""
+        return float(self._row.get("updated_at") or self._row.get("created_at") or 0.0)
+
+    @property
     def state(self) -> str:
         """One of queued, running, finished, failed, preempted, lost."""
         return self.snapshot(log_lines=0).state
@@ -128,14 +143,21 @@ class Job:
         """True once the job reached a terminal state."""
         return self.snapshot(log_lines=0).terminal
 
-    def wait(self, timeout: float | None = None, poll: float = 0.5) -> str:
+    def wait(
+        self,
+        timeout: float | None = None,
+        poll: float = 0.5,
+        on_outage: Callable[[TransportError], None] | None = None,
+    ) -> str:
         """Block until the job ends (or ``timeout`` seconds pass); return its state.
 
-        While the job's host is out of reach for a moment (a dropped, refused or silent
-        connection) the job is not judged: the wait goes on and looks again; any other
-        transport error (a changed host key, refused keys) is raised at once."""
+        While the job's host is out of reach (a dropped, refused or silent connection) the job
+        is not judged: the wait goes on and looks again, up to ``timeout``, and
+        ``on_outage(error)`` is told once per outage; any other transport error (a changed host
+        key, refused keys) is raised at once, and so is the outage once the timeout passed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.2
+        away = False
         while True:
             try:
                 snap = self.snapshot(log_lines=0)
@@ -143,8 +165,12 @@ class Job:
                 late = deadline is not None and time.monotonic() >= deadline
                 if late or exc.kind not in TRANSIENT_KINDS:
                     raise
+                if not away and on_outage is not None:
+                    on_outage(exc)
+                away = True
                 time.sleep(poll)
                 continue
+            away = False
             if snap.terminal or (deadline is not None and time.monotonic() >= deadline):
                 return snap.state
             time.sleep(min(delay, poll))
@@ -206,11 +232,20 @@ class Job:
             self.spec = self.spec.replace(**stopped.spec)
         registry.event(self.id, "stop_requested", **stopped.event)
 
-    def resume(self, fresh: bool = False) -> Job:
+    def resume(self, fresh: bool = False, force: bool = False) -> Job:
         """Relaunch this job's program: into the same checkpoint dir (``RGT_RESUME=1``) when it
-        ended preempted, failed or lost; ``fresh=True`` starts over in a new dir."""
+        ended preempted, failed or lost; ``fresh=True`` starts over in a new dir. A job that
+        failed with a bug in its code is relaunched only with ``force=True``: the same code
+        fails the same way (fix it and re-run the cell instead)."""
         spec = self.spec
-        state = self.snapshot(log_lines=0).state
+        snap = self.snapshot(log_lines=0)
+        state = snap.state
+        if snap.failure == "python_exception" and not force:
+            raise UsageError(
+                f"job {self.id} failed with a bug in its code ({snap.diagnosis}); a resume runs "
+                "the very same code, which fails the same way. Fix the code and re-run the cell "
+                f"(or `rgt run`), or `rgt resume {self.name} --force` to run it again anyway"
+            )
         if state == "finished" and not fresh:
             raise UsageError(
                 f"job {self.id} finished: there is nothing to resume. Re-run it from the start "
@@ -240,6 +275,7 @@ class Job:
         self,
         to: str | os.PathLike[str] | None = None,
         on_progress: Callable[[int, int, str], None] | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> Run:
         """Pull outputs and checkpoints into a new immutable run (see :mod:`.run.pull`).
 
@@ -248,7 +284,7 @@ class Job:
         registered and returned; otherwise this pull resumes from what it had fetched.
         """
         target = Path(to) if to is not None else None
-        return Run(pull(self.spec, self.project, target, on_progress=on_progress))
+        return Run(pull(self.spec, self.project, target, on_progress=on_progress, on_wait=on_wait))
 
     def log_offset(self, consumer: str) -> int | None:
         """How many bytes of the job's log ``consumer`` (a notebook) has been shown, if known."""

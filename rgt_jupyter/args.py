@@ -267,6 +267,13 @@ VERIFY_ARGS: list[Spec] = [
 RESUME_ARGS: list[Spec] = [
     (("job",), {"help": "job id or name"}),
     (("--fresh",), {"action": "store_true", "help": "start over in a new checkpoint dir"}),
+    (
+        ("--force",),
+        {
+            "action": "store_true",
+            "help": "relaunch even a job that failed with a bug in its code (it runs the same code)",
+        },
+    ),
 ]
 
 

@@ -74,3 +74,7 @@ class SmokeFailed(RemoteTraceback):
 
 class PullError(RgtError):
     """A pull could not complete (nothing to pull, no room, transport failure)."""
+
+
+class RegistryDamaged(UsageError):
+    """The project's registry file cannot be read; it was left as it is."""

@@ -31,8 +31,8 @@ from .args import (
     run_options,
 )
 from .args import parse_line as _parse_line
-from .errors import RemoteTraceback, RgtError
-from .jobs.snapshot import TERMINAL, Snapshot
+from .errors import RemoteTraceback, RgtError, TransportError
+from .jobs.snapshot import TERMINAL, Snapshot, new_snapshot
 from .run.teardown import compute_gate
 from .run.watch.watcher import watcher
 from .views.render import snapshot_html, snapshot_text, transfer_text
@@ -282,7 +282,10 @@ class RgtMagics(Magics):
         consumer = notebook_path(self.shell) or "kernel"
         start = job.log_offset(consumer)
         if start is None:
-            st = job.transport.stat(f"{job.spec.control_dir}/log")
+            try:
+                st = job.transport.stat(f"{job.spec.control_dir}/log")
+            except TransportError:  # the host is away: the whole log, once it is back
+                st = None
             start = 0 if st is None or st.size <= 1 << 20 else st.size - 65536
         events: queue.Queue[tuple[str, Any]] = queue.Queue()
         watch = watcher()
@@ -292,7 +295,14 @@ class RgtMagics(Magics):
             on_lines=lambda lines, offset: events.put(("lines", (lines, offset))),
             from_offset=start,
         )
-        snap: Snapshot = watch.cached(job.id) or job.snapshot(log_lines=0)
+        snap: Snapshot | None = watch.cached(job.id)
+        if snap is None:
+            try:
+                snap = job.snapshot(log_lines=0)
+            except TransportError as away:
+                # The host is away: wait through it, up to the timeout (the watcher looks again).
+                print(f"%watch: cannot reach {job.spec.host} now ({away}); waiting for it")
+                snap = as_recorded(job, away)
         handle = display(self._bundle(job, snap), raw=True, display_id=True)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -353,7 +363,13 @@ class RgtMagics(Magics):
             found = self._find(args.job)
             if isinstance(found, JobGroup):
                 return found.pull(to=args.to)
-            return found.pull(to=args.to, on_progress=_ProgressLine())
+            return found.pull(
+                to=args.to,
+                on_progress=_ProgressLine(),
+                on_wait=lambda who: print(
+                    f"%pull: another pull of {found.name} runs ({who}); waiting"
+                ),
+            )
         except RgtError as exc:
             raise _usage(exc) from None
 
@@ -428,6 +444,14 @@ class _ProgressLine:
             self.handle = display({"text/plain": text}, raw=True, display_id=True)
         else:
             self.handle.update({"text/plain": text}, raw=True)
+
+
+def as_recorded(job: Job, exc: BaseException) -> Snapshot:
+    """What is known of a job whose host cannot be reached now: its recorded state."""
+    snap = new_snapshot(job.spec)
+    snap.state = job.recorded_state
+    snap.diagnosis = f"cannot observe the job now ({exc}); last recorded {job.recorded_state}"
+    return snap
 
 
 def load_ipython_extension(ipython: Any) -> None:

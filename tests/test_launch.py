@@ -93,7 +93,12 @@ def test_resume_from_cli_and_api(project: Path) -> None:
     first = Job.from_registry("flaky", project)
     assert first.wait(60) == "failed"
     marker.unlink()
-    out = rgt("resume", "flaky", cwd=project).stdout
+    # A crash in the code itself is not resumed blindly: the same code would crash again.
+    blind = rgt("resume", "flaky", cwd=project, check=False)
+    assert blind.returncode == 2 and "--force" in blind.stderr
+    assert Job.from_registry("flaky", project).id == first.id
+    # Here the crash stood in for a transient fault (the marker is gone): resume anyway.
+    out = rgt("resume", "flaky", "--force", cwd=project).stdout
     second = Job.from_registry("flaky", project)
     assert second.id != first.id and second.id in out
     assert second.wait(60) == "finished"
@@ -311,7 +316,7 @@ def test_resume_with_altered_stored_code_is_not_deployed(project: Path) -> None:
     assert first.wait(60) == "failed"
     stored = Path(first.spec.program)
     stored.write_text(stored.read_text() + "# edited by hand\n")
-    again = first.resume()
+    again = first.resume(force=True)  # the first attempt's crash is deliberate
     assert again.spec.code_dir == first.spec.code_dir
     assert "(code/rgt_cell.py)" in _not_deployed(again, sentinel)
 

@@ -78,7 +78,7 @@ def test_resume_over_ssh_uses_the_same_remote_checkpoints(project: Path, box: Pa
     job = submit(LaunchRequest(program=failing, name="rs", profile="box", host="testbox"), project)
     assert job.wait(60) == "failed"
     assert "RuntimeError: crash" in strip_ansi("\n".join(job.traceback() or []))
-    again = job.resume()
+    again = job.resume(force=True)  # the crash stands in for an interruption
     assert again.spec.ckpt_dir == job.spec.ckpt_dir and again.spec.resume
     assert again.wait(60) == "finished", again.log()
     assert again.result()["steps"] == 5

@@ -24,7 +24,7 @@ import abc
 import os
 import shlex
 import signal as signal_mod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -148,12 +148,27 @@ class Backend(abc.ABC):
         """The launch argv as one quoted shell line (what an SSH transport sends)."""
         return shlex.join(self.render(python, control_dir))
 
+    def command(self, python: str, control_dir: str, unset: Sequence[str] = ()) -> list[str]:
+        """The launch argv as it is run: :meth:`render`'s, started without the environment
+        variables ``unset`` (the secrets: their values travel in the bundle, never in the
+        environment the agent or a scheduler would inherit from this process)."""
+        argv = self.render(python, control_dir)
+        if not unset:
+            return argv
+        return ["env", *[a for name in sorted(unset) for a in ("-u", name)], *argv]
+
     def submit(
-        self, transport: Transport, python: str, control_dir: str, bundle: bytes
+        self,
+        transport: Transport,
+        python: str,
+        control_dir: str,
+        bundle: bytes,
+        unset: Sequence[str] = (),
     ) -> dict[str, Any]:
         """Send the bundle and start the job, in one command; return the launch record."""
         timeout = 120.0 + len(bundle) / MIN_UPLOAD_BYTES_PER_S
-        result = transport.exec(self.render(python, control_dir), stdin=bundle, timeout=timeout)
+        argv = self.command(python, control_dir, unset)
+        result = transport.exec(argv, stdin=bundle, timeout=timeout)
         self.check_submitted(result, transport, python)
         return self.parse_submit(result.stdout)
 
@@ -188,6 +203,11 @@ class Backend(abc.ABC):
 
     # -- afterwards -----------------------------------------------------------------------
 
+    def may_run_again(self, spec: JobSpec, snap: Snapshot) -> bool:
+        """Whether the scheduler may run this ended job's control dir again by itself (then its
+        secrets file stays for that attempt)."""
+        return False
+
     def follow(self, spec: JobSpec) -> None:  # noqa: B027 - a hook that most backends leave as is
         """Start following a job that has not ended (a scheduler's batched queue reads)."""
 
@@ -197,11 +217,28 @@ class Backend(abc.ABC):
 
     def stop(self, transport: Transport, spec: JobSpec, sig: str = "SIGTERM") -> Stopped:
         """Ask the job to stop: its agent (only the verified agent, whatever ``status.json``
-        says) gets ``sig``, forwards it, and the job saves and ends ``preempted``."""
+        says) gets ``sig``, forwards it, and the job saves and ends ``preempted``. A job whose
+        agent is gone (``agent lost``) gets ``sig`` itself, in its whole process group."""
+        if not hasattr(signal_mod, sig) or not sig.startswith("SIG"):
+            raise UsageError(f"--signal {sig!r}: give a signal name such as SIGTERM or SIGKILL")
         pid = agent_pid(transport, spec)
-        if pid is None or self.observe(transport, spec, log_lines=0).terminal:
+        snap = self.observe(transport, spec, log_lines=0)
+        if snap.terminal or (pid is None and snap.orphan_pid is None):
             raise UsageError(f"job {spec.job_id} is not running")
-        if transport.name != "local":
-            raise UsageError("stop is only available for local jobs")
-        os.kill(pid, getattr(signal_mod, sig))
+        if pid is None:
+            assert snap.orphan_pid is not None
+            send_signal(transport, snap.orphan_pid, sig, group=True)
+            return Stopped({"signal": sig, "orphan_pid": snap.orphan_pid})
+        send_signal(transport, pid, sig)
         return Stopped({"signal": sig})
+
+
+def send_signal(transport: Transport, pid: int, sig: str, group: bool = False) -> None:
+    """Send ``sig`` to ``pid`` (``group``: to its process group) where the job runs: by the
+    system call here, by ``kill`` over a transport with a shell."""
+    number = getattr(signal_mod, sig)
+    if transport.name == "local":
+        os.killpg(pid, number) if group else os.kill(pid, number)
+        return
+    target = f"-{pid}" if group else str(pid)
+    transport.exec(["kill", "-s", sig.removeprefix("SIG"), "--", target], timeout=60).check()

@@ -214,7 +214,7 @@ def _down(args: argparse.Namespace, project: Path) -> int:
     gate = compute_gate(job._row, project)
     print(gate.text())
     if args.confirm_stopped:
-        confirm_guided(gate, project)
+        confirm_guided(gate, project, typed=args.override)
         print("recorded: you confirmed the meter is stopped (rgt did not observe it)")
         return 0
     if args.refuse:

@@ -29,7 +29,9 @@ Kind = Literal[
 Retry = Literal["identical", "after_fix"]
 
 #: Log/error patterns, one row per class. Inodes come before disk_full because an inode
-#: exhaustion message usually also says "No space left on device".
+#: exhaustion message usually also says "No space left on device"; only words that say the
+#: inodes ran out count (a message that merely counts free inodes does not), and where the
+#: disks' numbers are known they decide between the two (:func:`_full_kind`).
 PATTERNS: tuple[tuple[Kind, re.Pattern[str]], ...] = (
     (
         "cuda_oom",
@@ -41,8 +43,9 @@ PATTERNS: tuple[tuple[Kind, re.Pattern[str]], ...] = (
     (
         "inodes_full",
         re.compile(
-            r"(?i)\binodes?\b.*\b(?:exhausted|full|no space|quota|limit|100%)"
-            r"|(?:no space left|disk quota exceeded|ENOSPC|EDQUOT).*\binodes?\b"
+            r"(?i)\b(?:out of|no free|no more|ran out of)\s+inodes?\b"
+            r"|\binodes?\s+(?:are\s+|were\s+)?(?:exhausted|used up|full|at 100%|100% used)"
+            r"|\binode\s+(?:quota|limit)\b"
         ),
     ),
     (
@@ -200,6 +203,36 @@ def _first_nan(progress: list[dict[str, Any]] | None) -> tuple[str, Any, Any] | 
     return None
 
 
+def _full_kind(regex_kind: Kind, disks: list[dict[str, int]] | None) -> Kind:
+    """Disk full or out of inodes, from the disks' numbers at the end when they are known
+    (an ENOSPC says "No space left on device" for both), else from the words."""
+    if not disks:
+        return regex_kind
+
+    def short(free: int | None, total: int | None, floor: int) -> bool:
+        if not total or free is None:
+            return False
+        return free <= max(floor, total // 100)
+
+    inodes = any(short(d.get("inodes_free"), d.get("inodes_total"), 64) for d in disks)
+    space = any(short(d.get("bytes_free"), d.get("bytes_total"), 1 << 20) for d in disks)
+    if inodes and not space:
+        return "inodes_full"
+    if space:
+        return "disk_full"
+    return regex_kind
+
+
+def _disk_evidence(disks: list[dict[str, int]] | None) -> tuple[str, ...]:
+    out = []
+    for d in disks or []:
+        if d.get("bytes_total") and d.get("inodes_total"):
+            used_b = 100 - 100 * d.get("bytes_free", 0) // d["bytes_total"]
+            used_i = 100 - 100 * d.get("inodes_free", 0) // d["inodes_total"]
+            out.append(f"disk {used_b}% used, inodes {used_i}% used")
+    return tuple(out)
+
+
 def classify(
     *,
     exit_code: int | None,
@@ -213,6 +246,7 @@ def classify(
     pg_timeout_s: float | None = None,
     stalled_s: float | None = None,
     state: str | None = None,
+    disks: list[dict[str, int]] | None = None,
 ) -> Diagnosis | None:
     """Classify a job's failure from its records; None when nothing is wrong.
 
@@ -240,9 +274,14 @@ def classify(
             f"killed by the kernel OOM killer: the container hit its memory limit ({fact})",
             (f"exit {exit_code} / {signal}", fact),
         )
-    for kind in ("inodes_full", "disk_full", "nccl_timeout"):
+    for kind in ("inodes_full", "disk_full"):
         if kind in found:
-            return _from_log(kind, found[kind])
+            full = _full_kind(kind, disks)
+            diagnosis = _from_log(full, found[kind])
+            facts = _disk_evidence(disks)
+            return _make(full, diagnosis.summary, (*diagnosis.evidence, *facts))
+    if "nccl_timeout" in found:
+        return _from_log("nccl_timeout", found["nccl_timeout"])
     if stalled_s is not None and pg_timeout_s is not None and stalled_s >= pg_timeout_s:
         fact = f"stalled {stalled_s:.0f} s >= process-group timeout {pg_timeout_s:.0f} s"
         return _make("nccl_timeout", f"{_SUMMARIES['nccl_timeout']}: {fact}", (fact,))

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..remote.probe import process_kind
 from ..transport import Transport
-from .diagnose import classify
+from .diagnose import REMEDIES, classify
 from .records import (
     PID_MAX,
     REBOOTED,
@@ -33,6 +33,7 @@ from .records import (
     progress_lines,
     read_exit,
     read_json,
+    read_record,
     read_status,
     whole,
 )
@@ -92,6 +93,28 @@ def agent_alive(
     return (False if known else None), note
 
 
+def job_orphan(
+    transport: Transport, spec: JobSpec, status: StatusRecord | None, boot: str | None
+) -> int | None:
+    """The pid of the job's own process when it runs on although its agent is gone (on this
+    boot, started when ``status.json`` says, its command line naming the control dir)."""
+    if status is None or status.job_pid is None or status.boot_id not in (None, boot):
+        return None
+    kind = process_of(transport, status.job_pid, status.job_start_ticks, spec.control_dir)
+    return status.job_pid if kind == "agent" else None
+
+
+def agent_lost_text(spec: JobSpec, status: StatusRecord | None, orphan: int) -> str:
+    """What a job whose agent died before it is shown with."""
+    agent = f" {status.agent_pid}" if status is not None and status.agent_pid else ""
+    return (
+        f"agent lost: the job's agent{agent} is gone (killed from outside: kill -9, the OOM "
+        f"killer) while the job's process {orphan} runs on, unsupervised: no heartbeat, log "
+        f"capture of its end or exit record will come. `rgt stop {spec.name}` ends it; it is "
+        "not resumed or relaunched while it runs."
+    )
+
+
 def agent_pid(transport: Transport, spec: JobSpec) -> int | None:
     """The pid of the job's agent while it runs, checked as :func:`agent_alive` checks it (a
     process id, on this boot, whose command line names the control dir), else None: the only
@@ -130,6 +153,12 @@ def observe_agent(transport: Transport, spec: JobSpec, log_lines: int = 12) -> S
                 "; ".join(notes) + ". The state comes from the agent's process: it runs."
             )
         notes = []
+    elif (orphan := job_orphan(transport, spec, status, boot)) is not None:
+        # The agent died alone (kill -9, the OOM killer) and its job runs on: running, never
+        # lost (a resume now would start a second copy in the same checkpoint dir).
+        snap.state, snap.orphan_pid = "running", orphan
+        snap.diagnosis = agent_lost_text(spec, status, orphan)
+        notes = []
     else:
         exit_rec, exit_bad = read_exit(transport, control)
         notes += [f"cannot read exit.json: {exit_bad}"] if exit_bad else []
@@ -160,6 +189,8 @@ def observe_agent(transport: Transport, spec: JobSpec, log_lines: int = 12) -> S
         notes = [n for n in notes if n != REBOOTED]  # an ended job outlives a reboot
     fill_from_records(transport, snap, control, status, exit_rec, log_lines, boot=boot)
     check_stall(transport, spec, snap)
+    check_heartbeat(spec, snap)
+    check_finished_metrics(transport, spec, snap)
     explain(snap)
     if notes:  # records that could not be read, beside an outcome that could
         snap.diagnosis = "; ".join([*notes, *([snap.diagnosis] if snap.diagnosis else [])])
@@ -297,6 +328,7 @@ def fill_from_records(
         snap.resources = (snap.resources or {}) | {
             "oom_kill_start": exit_rec.oom_kill_start,
             "oom_kill": exit_rec.oom_kill,
+            "disks": [facts for _, facts in exit_rec.disks],
         }
         snap.state = exit_rec.state
         snap.exit_code = exit_rec.exit_code
@@ -317,6 +349,60 @@ def fill_from_records(
         snap.log_tail = list(held[-log_lines:]) if log_lines > 0 else []
     else:
         snap.log_tail = clean_log(transport.tail(f"{control}/log", 16384), log_lines)
+
+
+def check_heartbeat(spec: JobSpec, snap: Snapshot) -> None:
+    """Flag a running job whose agent has not beaten for a few of its intervals (a stopped
+    agent, SIGSTOP, a machine too loaded to schedule it): said, never taken for an end."""
+    every = float(spec.heartbeat_s or 1.0)
+    limit = max(3 * every, every + 10.0)
+    age = snap.heartbeat_age
+    if snap.state != "running" or snap.orphan_pid is not None or age is None or age <= limit:
+        return
+    snap.heartbeat_stale = True
+    note = (
+        f"heartbeat stale: the agent has not beaten for {age:.0f} s (it beats every {every:g} s):"
+        " it may be stopped (SIGSTOP) or starved; the job is not judged from this"
+    )
+    snap.diagnosis = f"{snap.diagnosis}; {note}" if snap.diagnosis else note
+
+
+def non_finite(value: Any, where: str = "") -> tuple[str, Any] | None:
+    """The first NaN or infinity in a JSON value (``("val.loss", nan)``), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "value", value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = non_finite(item, f"{where}.{key}" if where else str(key))
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value[:10000]):
+            found = non_finite(item, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def check_finished_metrics(transport: Transport, spec: JobSpec, snap: Snapshot) -> None:
+    """A job that exited 0 but whose metrics became NaN or infinite (in ``job.progress`` or its
+    ``results.json``) is shown ``finished`` with the diagnosis beside it, never hidden."""
+    if snap.state != "finished" or snap.diagnosis is not None:
+        return
+    records = progress_records(transport, spec.control_dir)
+    found = classify(
+        exit_code=0, signal=None, log_lines=snap.log_tail, progress=records, state="finished"
+    )
+    if found is not None and found.kind == "nan_metrics":
+        snap.failure = found.kind
+        snap.diagnosis = f"finished, but {found.summary}. Fix: {found.remedy}"
+        return
+    results, _ = read_record(transport, f"{spec.out_dir}/results.json")
+    bad = non_finite(results) if results is not None else None
+    if bad is not None:
+        remedy = REMEDIES["nan_metrics"][0]
+        snap.failure = "nan_metrics"
+        snap.diagnosis = f"finished, but results.json holds {bad[0]} = {bad[1]}. Fix: {remedy}"
 
 
 def explain(snap: Snapshot) -> Snapshot:
@@ -362,7 +448,9 @@ def diagnose_failure(snap: Snapshot) -> str:
         oom_kills_before=res.get("oom_kill_start"),
         oom_kills_after=res.get("oom_kill"),
         state=snap.state,
+        disks=res.get("disks"),
     )
     if found is None:
         return f"exited with code {snap.exit_code}"
+    snap.failure = found.kind
     return f"{found.summary}. Fix: {found.remedy}"

@@ -150,6 +150,9 @@ class StatusRecord:
     started_at: float | None = None
     #: How many times a scheduler restarted the job in place.
     restart: int = 0
+    #: The job's own process (the agent's child) and its start time.
+    job_pid: int | None = None
+    job_start_ticks: int | None = None
 
     @classmethod
     def parse(cls, rec: dict[str, Any]) -> StatusRecord:
@@ -162,6 +165,8 @@ class StatusRecord:
             boot_id=boot if isinstance(boot, str) else None,
             started_at=finite(rec.get("started_at")),
             restart=whole(rec.get("restart")) or 0,
+            job_pid=whole(rec.get("job_pid"), PID_MAX) or None,
+            job_start_ticks=whole(rec.get("job_start_ticks")),
         )
 
 
@@ -186,6 +191,8 @@ class ExitRecord:
     #: The cgroup's OOM-kill counter at the start and at the end of the job.
     oom_kill_start: int | None = None
     oom_kill: int | None = None
+    #: Bytes and inodes of the disks of ``$RGT_OUT`` and the checkpoint dir at the end.
+    disks: tuple[tuple[str, dict[str, int]], ...] = ()
 
     @classmethod
     def parse(cls, rec: dict[str, Any]) -> ExitRecord:
@@ -205,7 +212,20 @@ class ExitRecord:
             else (),
             oom_kill_start=whole(rec.get("oom_kill_start")),
             oom_kill=whole(rec.get("oom_kill")),
+            disks=_disks(rec.get("disks")),
         )
+
+
+def _disks(value: Any) -> tuple[tuple[str, dict[str, int]], ...]:
+    """The ``disks`` of an exit record, its whole numbers only."""
+    if not isinstance(value, dict):
+        return ()
+    out = []
+    for path, facts in value.items():
+        if isinstance(path, str) and isinstance(facts, dict):
+            kept = {k: n for k, v in facts.items() if (n := whole(v)) is not None}
+            out.append((path, kept))
+    return tuple(out)
 
 
 def read_status(transport: Transport, control: str) -> tuple[StatusRecord | None, str | None]:

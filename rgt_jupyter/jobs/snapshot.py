@@ -52,10 +52,19 @@ class Snapshot:
     #: How far the job's machine's wall clock is ahead of this one's (negative: behind), as its
     #: agent's heartbeat shows; None when not known.
     clock_offset: float | None = None
+    #: The job's process when it runs on after its agent died (``agent lost``): nothing
+    #: supervises or records it; it is not resumed or relaunched while it runs.
+    orphan_pid: int | None = None
+    #: The failure class of the diagnosis (:mod:`rgt_jupyter.jobs.diagnose`), when one is named.
+    failure: str | None = None
+    #: The agent's heartbeat is older than a few of its intervals while the job runs.
+    heartbeat_stale: bool = False
 
     @property
     def display_state(self) -> str:
-        """The state, with ``stalled`` in place of ``running`` for a running job that stalled."""
+        """The state, with ``agent lost`` or ``stalled`` in place of ``running`` when it is so."""
+        if self.state == "running" and self.orphan_pid is not None:
+            return "running, agent lost"
         return "stalled" if self.state == "running" and self.stalled_s is not None else self.state
 
     @property

@@ -50,6 +50,32 @@ from typing import Any, Dict, List, Optional
 
 SCHEMA = "rgt-agent/1"
 _FORWARDED = ("SIGTERM", "SIGUSR2", "SIGINT")
+#: prctl(2): the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
+
+
+def tie_to_parent(parent: int) -> Any:
+    """The ``preexec_fn`` of the job's process: its own process group (signals reach all of it),
+    and SIGTERM when the agent dies, however it dies (kill -9, the OOM killer), so the job
+    never runs on unsupervised: it gets the same chance to save as a preemption. Where prctl is
+    not to be had, the status rules still see a job whose agent is gone (``agent lost``)."""
+
+    def preexec() -> None:
+        os.setpgrp()
+        # A warning (SIGUSR2) that lands before the job's code has set its handler must not
+        # kill it: the job module catches up on it from signals.json when it is imported.
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the agent died before the tie was made
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def _now() -> float:
@@ -308,6 +334,24 @@ def _read(path: str) -> Optional[str]:
             return fh.read().strip()
     except OSError:
         return None
+
+
+def disk_facts(dirs: List[str]) -> Dict[str, Dict[str, int]]:
+    """Bytes and inodes of the filesystems holding ``dirs`` (those that can be read): how a full
+    disk is told from one out of inodes, from the numbers rather than an error's words."""
+    facts = {}
+    for d in dirs:
+        try:
+            st = os.statvfs(d)
+        except OSError:
+            continue
+        facts[d] = {
+            "bytes_total": st.f_blocks * st.f_frsize,
+            "bytes_free": st.f_bavail * st.f_frsize,
+            "inodes_total": st.f_files,
+            "inodes_free": st.f_favail,
+        }
+    return facts
 
 
 def audit(args: List[str]) -> Dict[str, Any]:
@@ -584,6 +628,7 @@ class Supervisor:
             "boot_id": boot_id(),
             "host": socket.gethostname(),
             "job_pid": self.child.pid if self.child else None,
+            "job_start_ticks": proc_start_ticks(self.child.pid) if self.child else None,
             "started_at": self.started_at,
             "restart": self.restart,
             "oom_kill_start": self.oom_kill_start,
@@ -597,6 +642,12 @@ class Supervisor:
         name = signal.Signals(signum).name
         self.signals.append({"signal": name, "time": _now()})
         if self.child is not None and self.child.poll() is None:
+            try:
+                write_json_atomic(
+                    self.path("signals.json"), {"pgid": self.child.pid, "signals": self.signals}
+                )
+            except OSError:
+                pass  # the forwarded signal itself still reaches the job
             try:
                 os.killpg(self.child.pid, signum)
             except ProcessLookupError:
@@ -706,7 +757,7 @@ class Supervisor:
         self.restart = len(os.listdir(attempts)) + 1
         target = os.path.join(attempts, str(self.restart))
         os.makedirs(target)
-        for name in names + ("preempt.json",):
+        for name in names + ("preempt.json", "signals.json"):
             if os.path.exists(self.path(name)):
                 os.replace(self.path(name), os.path.join(target, name))
         self.resume = True
@@ -761,7 +812,7 @@ class Supervisor:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if mirror else log,
             stderr=subprocess.STDOUT,
-            preexec_fn=os.setpgrp,
+            preexec_fn=tie_to_parent(os.getpid()),
         )
         tee = None
         if mirror:
@@ -820,6 +871,7 @@ class Supervisor:
                 "checkpoints": sum(1 for k in manifest["files"] if k.startswith("checkpoints/")),
                 "oom_kill_start": self.oom_kill_start,
                 "oom_kill": oom_kills(),
+                "disks": disk_facts([self.spec["out_dir"], self.spec["ckpt_dir"]]),
             },
         )
         self.status(state=state, ended_at=ended, exit_code=rc)

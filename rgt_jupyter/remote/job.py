@@ -356,6 +356,27 @@ def _install_handlers() -> None:
         sig = getattr(signal, name, None)
         if sig is not None:
             signal.signal(sig, _on_preempt)
+    _catch_up()
+
+
+def _catch_up() -> None:
+    """Take in a preemption or walltime warning the agent forwarded to this job's process
+    group before the handlers were set (``signals.json`` in the control dir)."""
+    control = _control_dir()
+    if control is None or _preempted_by is not None:
+        return
+    try:
+        with open(os.path.join(control, "signals.json")) as fh:
+            record = json.load(fh)
+    except (OSError, ValueError):
+        return
+    if not isinstance(record, dict) or record.get("pgid") != os.getpgrp():
+        return  # an earlier attempt's, or another process group's
+    for item in record.get("signals") or []:
+        name = item.get("signal") if isinstance(item, dict) else None
+        if name in _PREEMPT_SIGNALS:
+            _on_preempt(getattr(signal, name), None)
+            return
 
 
 def preempted() -> bool:

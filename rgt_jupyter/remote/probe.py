@@ -169,6 +169,7 @@ def probe_one(item: Dict[str, Any], encode: bool = True) -> Dict[str, Any]:
     status = _text(os.path.join(control, "status.json"))
     launched = _pid(item.get("pid"))
     pid, ticks = launched, None
+    rec = None  # type: Any
     if status:
         try:
             rec = json.loads(status)
@@ -179,6 +180,10 @@ def probe_one(item: Dict[str, Any], encode: bool = True) -> Dict[str, Any]:
     procs = {}  # type: Dict[str, str]
     if pid is not None:
         procs[str(pid)] = process_kind(pid, ticks, control)
+    if isinstance(rec, dict) and procs.get(str(pid)) != "agent":  # an agent gone: its job?
+        job_pid = _pid(rec.get("job_pid"))
+        if job_pid is not None:
+            procs[str(job_pid)] = process_kind(job_pid, rec.get("job_start_ticks"), control)
     if launched is not None and str(launched) not in procs:
         procs[str(launched)] = process_kind(launched, None, control)
     alive = procs[str(pid)] == "agent" if pid is not None else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -14,27 +15,39 @@ from ..store.fsutil import atomic_write_bytes
 from ..transport import Transport
 
 
-def audit_cache(profile: Profile, transport: Transport, project: Path) -> Path:
-    """Where the audit of the profile's host is kept."""
-    return project / ".rgt" / "audit" / f"{profile.name}-{transport.host}.json"
+def audit_cache(
+    profile: Profile, transport: Transport, project: Path, ckpt_root: str | None = None
+) -> Path:
+    """Where the audit of the profile's host is kept (one per checkpoint root given with
+    ``--ckpt-dir``: its disk is the one the checkpoints fill)."""
+    extra = f"-ckpt-{hashlib.sha256(ckpt_root.encode()).hexdigest()[:10]}" if ckpt_root else ""
+    return project / ".rgt" / "audit" / f"{profile.name}-{transport.host}{extra}.json"
 
 
 def audit_host(
-    transport: Transport, python: str, control: str, profile: Profile, project: Path, home: str
+    transport: Transport,
+    python: str,
+    control: str,
+    profile: Profile,
+    project: Path,
+    home: str,
+    ckpt_root: str | None = None,
 ) -> dict[str, Any]:
     """Phase-0 audit, once per host and project (cached in ``.rgt/audit/``), in one command
-    (``<control>/agent.py`` must be in place unless it is cached).
+    (``<control>/agent.py`` must be in place unless it is cached). The disk facts are those of
+    the dir the checkpoints go to: ``ckpt_root`` (``--ckpt-dir``) when given, else the
+    profile's durable dir.
 
     Findings are disclosed, not blocking, except a durable dir that cannot be written.
     """
 
-    cache = audit_cache(profile, transport, project)
+    cache = audit_cache(profile, transport, project, ckpt_root)
     if cache.exists():
         report: dict[str, Any] = json.loads(cache.read_text())
         return report
-    dirs = [
-        profile.expand(d, project, home)
-        for d in (profile.durable_dir, profile.scratch_dir, profile.workdir)
+    durable_dir = ckpt_root or profile.expand(profile.durable_dir, project, home)
+    dirs = [durable_dir] + [
+        profile.expand(d, project, home) for d in (profile.scratch_dir, profile.workdir)
     ]
     # Importing torch there can take seconds: RGT_AUDIT_TORCH=0 leaves it to the job's own record.
     probe = [] if os.environ.get("RGT_AUDIT_TORCH", "1").strip() in ("1", "") else ["--no-torch"]
@@ -57,13 +70,13 @@ def audit_host(
         "facts": facts,
         "at": time.time(),
         "host": transport.host,
-        "findings": audit_findings(facts, dirs[0]),
+        "findings": audit_findings(facts, dirs[0], "checkpoint dir" if ckpt_root else ""),
     }
     atomic_write_bytes(cache, json.dumps(report, indent=1).encode())
     return report
 
 
-def audit_findings(facts: dict[str, Any], durable: str) -> list[str]:
+def audit_findings(facts: dict[str, Any], durable: str, label: str = "") -> list[str]:
     """What a researcher should know about the machine, in plain words."""
     found: list[str] = []
     gib = 1 << 30
@@ -71,7 +84,7 @@ def audit_findings(facts: dict[str, Any], durable: str) -> list[str]:
         if "bytes_free" not in disk:
             continue
         if disk["bytes_free"] < 5 * gib:
-            found.append(f"{path}: only {disk['bytes_free'] / gib:.1f} GiB free")
+            found.append(f"{path}: only {_size(disk['bytes_free'])} free")
         if disk["inodes_total"] and disk["inodes_free"] < 0.05 * disk["inodes_total"]:
             found.append(f"{path}: inodes nearly exhausted ({disk['inodes_free']} free)")
     mem = facts["cgroup"].get("memory_max")
@@ -102,5 +115,14 @@ def audit_findings(facts: dict[str, Any], durable: str) -> list[str]:
         )
     free = facts["disks"][durable].get("bytes_free")
     if free is not None:
-        found.append(f"durable dir: {free / gib:.1f} GiB free")
+        where = f"{label} {durable}" if label else "durable dir"
+        found.append(f"{where}: {_size(free)} free")
     return found
+
+
+def _size(nbytes: int) -> str:
+    """Bytes as a person reads them: GiB, MiB or KiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.1f} {unit}"
+    return f"{nbytes} bytes"

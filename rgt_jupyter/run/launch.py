@@ -8,9 +8,11 @@ adds its own checks, spec fields and bundle files. Nothing is created before eve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,10 +26,12 @@ from ..jobs.spec import AuditRecord, JobSpec, check_fields
 from ..machines.durability import check as check_durability
 from ..machines.durability import refusal_advice
 from ..machines.profiles import Profile, load_profile
+from ..store.locks import held, lock_path
 from ..store.names import check_job_name
 from ..store.registry import Registry
 from ..transport import Transport, get_transport
 from .audit import audit_cache, audit_host
+from .secrets import drop_leftover_secrets
 from .smoke import run_smoke
 from .stage import gpus_env, push_entries, read_secrets, serialize_inputs, stage
 
@@ -51,7 +55,9 @@ def _previous(registry: Registry, transport: Transport, name: str) -> dict[str, 
     spec = JobSpec.from_row(previous)
     if previous["state"] == "failed" and spec.not_started:
         return previous  # its launch established that nothing of it started
-    prev_state = get_backend(spec.launcher).observe(transport, spec).state
+    prev = get_backend(spec.launcher).observe(transport, spec)
+    drop_leftover_secrets(transport, spec, prev, registry)  # before a new attempt sends them
+    prev_state = prev.state
     registry.set_state(previous["id"], prev_state)
     if prev_state in ("queued", "running"):
         raise UsageError(
@@ -105,7 +111,7 @@ def prepare(
     is registered or started here. ``extra_spec``: fields besides the backend's own."""
     profile, project, transport, registry = tgt.profile, tgt.project, tgt.transport, tgt.registry
     backend = get_backend(profile.launcher)
-    name = check_job_name(req.name if req.name is not None else default_name(req.program))
+    name = job_name(req)
     env = {**req.env, **({} if backend.schedules_gpus else gpus_env(req.gpus))}
     reuse = req.reuse_code_of
     pushed = push_entries(req.push) if reuse is None else []
@@ -148,9 +154,9 @@ def prepare(
     workdir = profile.expand(profile.workdir, project, home)
     control = control or f"{workdir}/{job_id}"
     if backend.audits_host:
-        if pushed or not audit_cache(profile, transport, project).exists():
+        if pushed or not audit_cache(profile, transport, project, ckpt_root).exists():
             transport.put(remote.path("agent.py"), f"{control}/agent.py")  # for the audit, the push
-        report = audit_host(transport, tgt.python, control, profile, project, home)
+        report = audit_host(transport, tgt.python, control, profile, project, home, ckpt_root)
     else:
         report = {"findings": [], "facts": {"python": None}, "at": time.time()}
     staged = stage(transport, req, control, tgt.python, f"{workdir}/.objects", pushed, inputs)
@@ -219,22 +225,47 @@ def _register(tgt: Target, prepared: Prepared) -> None:
         tgt.registry.event(spec.job_id, "durability_overridden", **spec.durability)
 
 
+def job_name(req: LaunchRequest) -> str:
+    """The name a launch gives its job (checked): ``--name``, else one from the program."""
+    return check_job_name(req.name if req.name is not None else default_name(req.program))
+
+
+@contextlib.contextmanager
+def names_claimed(project: Path, names: list[str]) -> Iterator[None]:
+    """Hold the names of the jobs being launched, across processes and kernels of this machine:
+    from the check that no job of that name still runs to the registration of the new one, no
+    other launch of the same name can pass the check. A second launch waits, then sees the
+    first one's job (queued or running) and is refused."""
+    with contextlib.ExitStack() as stack:
+        for name in sorted(set(names)):
+            stack.enter_context(
+                held(lock_path(project, "name", name), f"the launch of job {name!r}")
+            )
+        yield
+
+
+def register(tgt: Target, members: list[Prepared]) -> None:
+    """Record the prepared jobs in the registry (``queued``): from here on, a launch of the
+    same name finds them."""
+    for prepared in members:
+        _register(tgt, prepared)
+
+
 def submit_prepared(
     tgt: Target, members: list[Prepared], bundle: bytes, control: str
 ) -> list[dict[str, Any]]:
-    """Register the jobs, send the bundle and start them in one command; return their rows.
+    """Send the bundle and start the registered jobs in one command; return their rows.
 
     A connection that drops after the command was sent may have taken the reply with it while
     the job started: the host is asked (:meth:`~rgt_jupyter.backends.base.Backend.recover`)
     before anything is called failed, and a job that started is returned as launched, with a
     notice."""
-    for prepared in members:
-        _register(tgt, prepared)
     backend = get_backend(tgt.profile.launcher)
     ids = [p.spec.job_id for p in members]
     notices: list[str] = []
     try:
-        record = backend.submit(tgt.transport, tgt.python, control, bundle)
+        secret_names = sorted({n for p in members for n in p.spec.secret_names})
+        record = backend.submit(tgt.transport, tgt.python, control, bundle, unset=secret_names)
     except Exception as exc:
         # Only a connection that broke (an SSH error says whether the command was sent) leaves
         # the outcome open; any other failure is the host's or the scheduler's own answer.
@@ -343,7 +374,9 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
     if req.seeds:
         raise UsageError("a launch with --seeds gives several jobs: use seeds.launch_seeds")
     tgt = resolve_target(req, project)
-    prepared = prepare(req, tgt)
+    with names_claimed(project, [job_name(req)]):
+        prepared = prepare(req, tgt)
+        register(tgt, [prepared])
     bundle = bundle_of(tgt, prepared, req)
     return submit_prepared(tgt, [prepared], bundle, prepared.spec.control_dir)[0]
 

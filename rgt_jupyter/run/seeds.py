@@ -17,7 +17,9 @@ from .launch import (
     bundle_of,
     default_name,
     launch,
+    names_claimed,
     prepare,
+    register,
     resolve_target,
     stamp,
     submit_prepared,
@@ -42,21 +44,23 @@ def launch_seeds(req: LaunchRequest, project: Path) -> list[dict[str, Any]]:
     tgt.home = tgt.transport.home()
     group_dir = f"{tgt.profile.expand(tgt.profile.workdir, project, tgt.home)}/{group['id']}"
     members: list[Prepared] = []
-    for i, seed in enumerate(req.seeds):
-        member = replace(req, name=f"{base}-s{seed}", env={**req.env, "RGT_SEED": str(seed)})
-        member.seeds = []
-        extra: dict[str, Any] = {"group": GroupRecord(**group, seed=seed)}
-        if array:
-            extra["array_task"] = seed
-        control = f"{group_dir}/{seed}" if array else None
-        members.append(prepare(member, tgt, control=control, smoke=i == 0, extra_spec=extra))
-    differences = group_differences([m.spec for m in members])
-    if differences:
-        raise LaunchError(
-            "the members of seed group "
-            f"{base!r} differ in more than the seed ({', '.join(differences)}); nothing was "
-            "launched. Re-run with --fresh to start every member over."
-        )
+    with names_claimed(project, [f"{base}-s{seed}" for seed in req.seeds]):
+        for i, seed in enumerate(req.seeds):
+            member = replace(req, name=f"{base}-s{seed}", env={**req.env, "RGT_SEED": str(seed)})
+            member.seeds = []
+            extra: dict[str, Any] = {"group": GroupRecord(**group, seed=seed)}
+            if array:
+                extra["array_task"] = seed
+            control = f"{group_dir}/{seed}" if array else None
+            members.append(prepare(member, tgt, control=control, smoke=i == 0, extra_spec=extra))
+        differences = group_differences([m.spec for m in members])
+        if differences:
+            raise LaunchError(
+                "the members of seed group "
+                f"{base!r} differ in more than the seed ({', '.join(differences)}); nothing was "
+                "launched. Re-run with --fresh to start every member over."
+            )
+        register(tgt, members)
     if not array:
         rows = []
         for prepared in members:

@@ -38,6 +38,7 @@ from ..store.fsutil import atomic_write_bytes, sha256_file
 from ..store.registry import Registry
 from ..transport import Transport, get_transport
 from .pull import is_checkpoint, load_checkpoints, remote_listing
+from .secrets import drop_leftover_secrets
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -197,6 +198,7 @@ def _job_checks(
     spec, jid = JobSpec.from_row(row), row["id"]
     out: list[Check] = []
     snap = observe(transport, spec, log_lines=0)
+    drop_leftover_secrets(transport, spec, snap, Registry(project))
     running = not snap.terminal
     out.append(
         Check(
@@ -569,8 +571,19 @@ def stop_meter(
     )
 
 
-def confirm_guided(gate: Gate, project: Path, by: str = "cli") -> dict[str, Any]:
-    """Record the user's word that they did the console action (only after an approval)."""
+def confirm_guided(
+    gate: Gate, project: Path, by: str = "cli", typed: str | None = None
+) -> dict[str, Any]:
+    """Record the user's word that they did the console action (only after an approval). While
+    the gate fails (work not yet safe), the machine's instance id must be typed, as for an
+    override: a confirmation is no way around the gate."""
+    if not gate.passed and typed != gate.machine.platform_id:
+        raise UsageError(
+            f"the gate of {gate.machine.platform_id} fails, so nothing was recorded: "
+            + "; ".join(c.detail for c in gate.checks if not c.ok)[:600]
+            + ". To record the meter as stopped anyway, type the instance id: "
+            f"--confirm-stopped --override {gate.machine.platform_id}"
+        )
     registry = Registry(project)
     approved = [
         d for d in registry.decisions(gate.machine.id) if d["decision"] in ("approve", "override")

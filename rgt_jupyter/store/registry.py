@@ -4,20 +4,35 @@ Every job, its spec (paths, program, profile), its last observed state and an ap
 history of events. A new kernel, the CLI and the server extension all read the same file. The
 state column is a cache of the last observation; the truth is re-derived from the process table
 and artifacts on every look (:mod:`rgt_jupyter.backends`).
+
+The registry is a cache of what is on disk, not the only copy: each job's control dir holds its
+spec and records, and what only this side knows is also appended to the project's journal
+(:mod:`.journal`). A registry file that is empty or not a database is never replaced silently:
+opening it raises :class:`~rgt_jupyter.errors.RegistryDamaged`, which names the file and the
+command that rebuilds it (``rgt jobs --rebuild``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import JobNotFound
+from ..errors import JobNotFound, RegistryDamaged
+from . import journal
 from .project import state_dir
+
+#: The first bytes of every SQLite 3 database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+#: The command that rebuilds a damaged registry, as the error says it.
+REBUILD = "rgt jobs --rebuild"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -109,17 +124,38 @@ class Registry:
     def __init__(self, project: Path) -> None:
         self.project = project
         self.path = state_dir(project) / "registry.sqlite3"
+        if not self.path.exists():
+            _create(self.path)
+        problem = damage(self.path)
+        if problem is not None:
+            raise self._damaged(problem)
         with self._connect() as db:
             db.executescript(_SCHEMA)
 
+    def _damaged(self, problem: str) -> RegistryDamaged:
+        return RegistryDamaged(
+            f"the registry {self.path} {problem}; it was left as it is, and nothing was "
+            f"launched or recorded. `{REBUILD}` rebuilds it from the jobs' control dirs, the "
+            "run folders and the project's journal (the damaged file is kept beside it)"
+        )
+
     @contextmanager
     def _connect(self, sync: str = "FULL") -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(f"cannot be opened ({exc})") from exc
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={'NORMAL' if sync == 'NORMAL' else 'FULL'}")
             db.row_factory = sqlite3.Row
             yield db
+        except sqlite3.DatabaseError as exc:
+            # "file is not a database", "database disk image is malformed": the file, not the
+            # query (a locked database, a constraint, a typo are subclasses, raised as they are).
+            if type(exc) is not sqlite3.DatabaseError:
+                raise
+            raise self._damaged(f"cannot be read ({exc})") from exc
         finally:
             db.close()
 
@@ -132,9 +168,22 @@ class Registry:
         profile: str,
         host: str,
         spec: dict[str, Any],
+        state: str = "queued",
+        created_at: float | None = None,
     ) -> None:
-        """Insert a new job in state ``queued`` and record a ``created`` event."""
+        """Insert a new job (in state ``queued``) and record a ``created`` event; the journal
+        keeps where its control dir is."""
         now = time.time()
+        created = now if created_at is None else created_at
+        journal.append(
+            self.project,
+            "job",
+            job_id=job_id,
+            control_dir=spec.get("control_dir"),
+            transport=spec.get("transport"),
+            host_alias=spec.get("host_alias"),
+            profile=profile,
+        )
         with self._connect() as db, _atomic(db):
             db.execute(
                 "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -145,8 +194,8 @@ class Registry:
                     attempt,
                     profile,
                     host,
-                    "queued",
-                    now,
+                    state,
+                    created,
                     now,
                     json.dumps(spec, sort_keys=True),
                 ),
@@ -157,7 +206,8 @@ class Registry:
             )
 
     def update_spec(self, job_id: str, **fields: Any) -> None:
-        """Merge ``fields`` into a job's spec."""
+        """Merge ``fields`` into a job's spec (journaled: the control dir does not hold them)."""
+        journal.append(self.project, "spec", job_id=job_id, fields=fields)
         with self._connect() as db, _atomic(db):
             row = db.execute("SELECT spec FROM jobs WHERE id=?", (job_id,)).fetchone()
             spec = json.loads(row["spec"])
@@ -227,12 +277,14 @@ class Registry:
             rows = db.execute("SELECT * FROM jobs ORDER BY created_at, rowid").fetchall()
         return [_row(r) for r in rows]
 
-    def add_run(self, run_id: str, job_id: str, path: Path, verified: bool) -> None:
+    def add_run(
+        self, run_id: str, job_id: str, path: Path, verified: bool, at: float | None = None
+    ) -> None:
         """Record a pulled run and its ``pulled`` event, both or neither."""
         with self._connect() as db, _atomic(db):
             db.execute(
                 "INSERT INTO runs VALUES (?,?,?,?,?)",
-                (run_id, job_id, str(path), int(verified), time.time()),
+                (run_id, job_id, str(path), int(verified), time.time() if at is None else at),
             )
             db.execute(
                 "INSERT INTO events (job_id, at, kind, data) VALUES (?,?,?,?)",
@@ -319,6 +371,18 @@ class Registry:
         data: dict[str, Any],
     ) -> None:
         """Record a machine brought up (through a platform API, or by the user in a console)."""
+        journal.append(
+            self.project,
+            "instance",
+            instance_id=instance_id,
+            profile=profile,
+            provider=provider,
+            platform_id=platform_id,
+            host_alias=host_alias,
+            state=state,
+            cost_per_hour=cost_per_hour,
+            data=data,
+        )
         with self._connect() as db:
             db.execute(
                 "INSERT INTO instances VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -338,6 +402,9 @@ class Registry:
 
     def set_instance_state(self, instance_id: str, state: str, ended: bool = False) -> None:
         """Record a machine's state as last seen (``ended``: its meter is confirmed stopped)."""
+        journal.append(
+            self.project, "instance_state", instance_id=instance_id, state=state, ended=ended
+        )
         with self._connect() as db:
             db.execute(
                 "UPDATE instances SET state=?, ended_at=COALESCE(ended_at, ?) WHERE id=?",
@@ -362,6 +429,9 @@ class Registry:
     def decide(self, instance_id: str, decision: str, **data: Any) -> dict[str, Any]:
         """Append a teardown decision (approve, override, refuse, ...) and return it."""
         record = {"at": time.time(), "instance_id": instance_id, "decision": decision, **data}
+        journal.append(
+            self.project, "decision", instance_id=instance_id, decision=decision, data=data
+        )
         with self._connect() as db:
             db.execute(
                 "INSERT INTO decisions (at, instance_id, decision, data) VALUES (?,?,?,?)",
@@ -393,7 +463,10 @@ class Registry:
                 "INSERT OR IGNORE INTO acks VALUES (?,?,?,?)",
                 (profile, kind, time.time(), json.dumps(data, default=str)),
             )
-            return cur.rowcount == 1
+            added = cur.rowcount == 1
+        if added:
+            journal.append(self.project, "ack", profile=profile, ack=kind, data=data)
+        return added
 
     def acked(self, profile: str, kind: str) -> dict[str, Any] | None:
         """The acknowledgement, if recorded."""
@@ -402,6 +475,62 @@ class Registry:
                 "SELECT * FROM acks WHERE profile=? AND kind=?", (profile, kind)
             ).fetchone()
         return {"at": row["at"], **json.loads(row["data"])} if row else None
+
+    def replay_machines(self, facts: list[dict[str, Any]]) -> list[str]:
+        """Write the rented machines, their states, teardown decisions and acknowledgements
+        of the project's journal (:func:`.journal.read`) into this registry, as they were
+        journaled (not journaling them again); returns the machines' ids."""
+        instances = []
+        with self._connect() as db, _atomic(db):
+            for fact in facts:
+                kind = fact.get("kind")
+                if kind == "instance":
+                    db.execute(
+                        "INSERT OR REPLACE INTO instances VALUES (?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            fact["instance_id"],
+                            fact["profile"],
+                            fact["provider"],
+                            fact["platform_id"],
+                            fact["host_alias"],
+                            fact["state"],
+                            fact.get("cost_per_hour"),
+                            fact["at"],
+                            None,
+                            json.dumps(fact.get("data") or {}, sort_keys=True, default=str),
+                        ),
+                    )
+                    instances.append(str(fact["instance_id"]))
+                elif kind == "instance_state":
+                    db.execute(
+                        "UPDATE instances SET state=?, ended_at=COALESCE(ended_at, ?) WHERE id=?",
+                        (
+                            fact["state"],
+                            fact["at"] if fact.get("ended") else None,
+                            fact["instance_id"],
+                        ),
+                    )
+                elif kind == "decision":
+                    db.execute(
+                        "INSERT INTO decisions (at, instance_id, decision, data) VALUES (?,?,?,?)",
+                        (
+                            fact["at"],
+                            fact["instance_id"],
+                            fact["decision"],
+                            json.dumps(fact.get("data") or {}, default=str),
+                        ),
+                    )
+                elif kind == "ack":
+                    db.execute(
+                        "INSERT OR IGNORE INTO acks VALUES (?,?,?,?)",
+                        (
+                            fact["profile"],
+                            fact["ack"],
+                            fact["at"],
+                            json.dumps(fact.get("data") or {}),
+                        ),
+                    )
+        return instances
 
 
 def _instance(row: sqlite3.Row) -> dict[str, Any]:
@@ -414,3 +543,44 @@ def _row(row: sqlite3.Row) -> dict[str, Any]:
     out = dict(row)
     out["spec"] = json.loads(out["spec"])
     return out
+
+
+def _create(path: Path) -> None:
+    """Make a new registry whole under a temporary name, then link it into place: no process
+    ever sees a registry file that is still empty (which would read as a damaged one), and of
+    two processes creating it at once, one wins and both use its file."""
+    tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{threading.get_ident()}")
+    try:
+        db = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(_SCHEMA)
+        finally:
+            db.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: its file is the registry
+        except OSError:  # a filesystem without hard links: a rename, unless one came first
+            if not path.exists():
+                os.replace(tmp, path)
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+
+
+def damage(path: Path) -> str | None:
+    """What is wrong with a registry file that exists (None: nothing, or no file yet)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not head:
+        return "is empty (0 bytes)"
+    if head != SQLITE_HEADER:
+        return "is not an SQLite database (its first bytes are not SQLite's)"
+    return None

@@ -159,6 +159,7 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
         f"  progress: {progress_text(snap.progress)}",
         f"  elapsed: {_dur(snap.elapsed)}   heartbeat: "
         + ("-" if snap.heartbeat_age is None else f"{snap.heartbeat_age:.1f}s ago")
+        + (" (stale)" if snap.heartbeat_stale else "")
         + ("" if snap.exit_code is None else f"   exit: {snap.exit_code}"),
     ]
     if snap.scheduler or snap.restarts:
@@ -203,6 +204,7 @@ def snapshot_html(
         f"<div>{e(progress_text(snap.progress))}</div>",
         f"<div>elapsed {_dur(snap.elapsed)} · heartbeat "
         + ("-" if snap.heartbeat_age is None else f"{snap.heartbeat_age:.1f}s ago")
+        + (" (stale)" if snap.heartbeat_stale else "")
         + ("" if snap.exit_code is None else f" · exit {snap.exit_code}")
         + "</div>",
     ]

@@ -137,7 +137,8 @@ class TeardownView:
             done = w.Button(description="I did it")
 
             def confirmed(_b: Any) -> None:
-                confirm_guided(self.gate, self.project, by="widget")
+                typed = (self.decision or {}).get("typed")
+                confirm_guided(self.gate, self.project, by="widget", typed=typed)
                 done.disabled = True
                 self._say("recorded: you confirmed the meter is stopped (rgt did not observe it)")
 

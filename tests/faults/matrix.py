@@ -43,6 +43,15 @@ MATRIX: dict[str, str] = {
     "F11-clock-skew": "clock skew of +/-1 h between the hosts",
     # 12. the gate
     "F12-late-checkpoint": "a new checkpoint appearing after verification",
+    # records that must not lie, under kills, races and damage
+    "R1-agent-killed": "SIGKILL of the agent alone, its job's process living on",
+    "R2-name-race": "several processes launching one name at the same moment",
+    "R3-registry-damaged": "an empty, truncated or garbage registry file",
+    "R4-pull-race": "two pulls of one job at once",
+    "R5-secrets": "secrets in the agent's environment, or left behind by a killed agent",
+    "R6-host-away": "one SSH host unreachable among several",
+    "R7-facts": "facts in the view: the disk used, disk vs inodes, NaN at exit 0, a stale "
+    "heartbeat, resuming a bug, confirming a stop the gate refuses",
     # bad inputs
     "B-manifest": "hostile manifests (../, absolute, symlinks out, NUL, duplicate or case-colliding)",
     "B-manifest-size": "manifests claiming 10 TB or listing 1e6 entries",

@@ -471,7 +471,7 @@ def test_silent_peer_is_detected_and_every_call_ends(
     "job.wait and the watcher reconnect, the job finishes and its checkpoints pull verified",
     mutation=(
         "rgt_jupyter/run/watch/watcher.py",
-        'prev.state if prev else "queued",',
+        "prev.state if prev else job.recorded_state,",
         '"lost",',
     ),
 )
@@ -482,7 +482,7 @@ def test_sshd_restart_while_the_job_runs(
     the watcher has noticed, and is started again on the same port with the same host key.
 
     Protection: rgt_jupyter/run/watch/watcher.py: Watcher._unreachable keeps the last known state of a job
-    whose host cannot be reached (``prev.state if prev else "queued"``), with a diagnosis that
+    whose host cannot be reached (``prev.state if prev else job.recorded_state``), with a diagnosis that
     says so; removed, the gap shows as a lost job and the case fails.
     """
     job = submit(LaunchRequest(_steps(16, 0.3), name="rs", profile="box", host="testbox"), project)

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from rgt_jupyter.api import submit
+from rgt_jupyter.jobs.request import LaunchRequest
+
 from ..conftest import control_json, pid_alive, running_job, wait_for
 from .evidence import Evidence
 
@@ -128,4 +131,77 @@ def test_sigkilled_job_is_failed_never_finished(project: Path, evidence: Evidenc
     assert job.wait(30) == "failed"
     snap = job.snapshot()
     assert snap.signal == "SIGKILL" and "SIGKILL" in (snap.diagnosis or "")
+    assert evidence.account(ckpt) == 0
+
+
+# Starts its training only once told to (the file GO exists): a warning can land first. It
+# saves at every step and stops at the first step boundary after a warning.
+LATE = (
+    "import os, time\n"
+    "while not os.path.exists(os.environ['GO']):\n"
+    "    time.sleep(0.05)\n"
+    "import rgt_jupyter.job as job\n"
+    "step = 0\n"
+    "while True:\n"
+    "    step += 1\n"
+    "    job.save_checkpoint({'step': step}, step, keep=100)\n"
+    "    if job.preempted():\n"
+    "        break\n"
+    "    time.sleep(0.05)\n"
+    "job.save_results({'stopped_at': step})\n"
+)
+
+
+@pytest.mark.fault(
+    "F4-sigterm",
+    asserts="a SIGUSR2 that reaches the job before its code set a handler neither kills it "
+    "nor is lost: the job saves at its first step boundary and ends preempted (exit 0)",
+    mutation=[
+        (
+            "rgt_jupyter/remote/job.py",
+            "            signal.signal(sig, _on_preempt)\n    _catch_up()\n",
+            "            signal.signal(sig, _on_preempt)\n",
+        ),
+        (
+            "rgt_jupyter/remote/agent.py",
+            "        signal.signal(signal.SIGUSR2, signal.SIG_IGN)\n",
+            "",
+        ),
+    ],
+)
+def test_a_warning_before_the_handler_is_kept_not_fatal(
+    project: Path, tmp_path: Path, evidence: Evidence
+) -> None:
+    """SIGUSR2 (a walltime warning, a platform's notice) reaches the job while it still imports
+    its libraries.
+
+    Protection: rgt_jupyter/remote/agent.py ``tie_to_parent`` starts the job with SIGUSR2
+    ignored, so the early warning cannot kill it, and rgt_jupyter/remote/job.py ``_catch_up``
+    reads the warning from ``signals.json`` when the job module sets its handlers. Without the
+    first the job dies of the signal with nothing saved; without the second it never hears the
+    warning and runs on until the grace period ends it; either way the case fails.
+    """
+    go = tmp_path / "go"
+    req = LaunchRequest(program=LATE, name="late", grace_s=20.0, env={"GO": str(go)})
+    job = submit(req, project)
+    ckpt = Path(job.spec.ckpt_dir)
+    status = wait_for(
+        lambda: (
+            (control_json(job, "status.json") or {}).get("job_pid")
+            and control_json(job, "status.json")
+        ),
+        60,
+        "the job's process",
+    )
+    os.kill(status["agent_pid"], signal.SIGUSR2)
+    wait_for(lambda: control_json(job, "signals.json"), 60, "the forwarded warning's record")
+    assert pid_alive(status["job_pid"]), "the warning killed the job before it could save"
+    go.write_text("")
+    assert job.wait(60) == "preempted"
+    exit_rec = control_json(job, "exit.json")
+    assert exit_rec is not None and exit_rec["exit_code"] == 0, exit_rec
+    stopped = job.result()["stopped_at"]
+    assert stopped == 1, stopped  # it stopped at its first step boundary
+    assert list(ckpt.glob(f"ckpt-{stopped:010d}.*"))
+    evidence.keep(ckpt)  # what it saved on the warning
     assert evidence.account(ckpt) == 0

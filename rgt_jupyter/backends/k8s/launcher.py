@@ -17,6 +17,7 @@ import os
 import threading
 import time
 import zipfile
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import UsageError
@@ -91,7 +92,12 @@ class K8sBackend(Backend):
         return value
 
     def submit(
-        self, transport: Transport, python: str, control_dir: str, bundle: bytes
+        self,
+        transport: Transport,
+        python: str,
+        control_dir: str,
+        bundle: bytes,
+        unset: Sequence[str] = (),
     ) -> dict[str, Any]:
         with zipfile.ZipFile(io.BytesIO(bundle)) as zf:
             spec = JobSpec.from_dict(json.loads(zf.read("launch.json")))

@@ -13,6 +13,7 @@ is ``scancel --signal``: the agent forwards the signal and the job saves before 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import LaunchError, UsageError
@@ -79,9 +80,15 @@ class SlurmBackend(Backend):
         return ["sh", "-c", script, "rgt-submit", control_dir, python, batch, control_dir, python]
 
     def submit(
-        self, transport: Transport, python: str, control_dir: str, bundle: bytes
+        self,
+        transport: Transport,
+        python: str,
+        control_dir: str,
+        bundle: bytes,
+        unset: Sequence[str] = (),
     ) -> dict[str, Any]:
-        result = transport.exec(self.render(python, control_dir), stdin=bundle, timeout=300)
+        argv = self.command(python, control_dir, unset)  # sbatch exports this environment
+        result = transport.exec(argv, stdin=bundle, timeout=300)
         stderr = result.stderr.decode(errors="replace")[-1500:].strip()
         if result.returncode == NO_SBATCH:
             raise LaunchError(f"{stderr} ({transport.host}); nothing was submitted.")
@@ -111,6 +118,10 @@ class SlurmBackend(Backend):
         if "slurm_job_id" in mine and spec.array_task is not None:
             mine["slurm_job_id"] = f"{mine['slurm_job_id']}_{spec.array_task}"
         return mine
+
+    def may_run_again(self, spec: JobSpec, snap: Snapshot) -> bool:
+        """A preempted job with ``--requeue``: Slurm runs it again in the same control dir."""
+        return spec.requeue and snap.state == "preempted"
 
     def follow(self, spec: JobSpec) -> None:
         if spec.slurm_job_id:

@@ -42,9 +42,11 @@ from ...store.fsutil import (
     fsync_file,
     sha256_file,
 )
+from ...store.locks import held, lock_path
 from ...store.project import runs_dir
 from ...store.registry import Registry
 from ...transport import Transport, get_transport
+from ..secrets import drop_leftover_secrets
 from .record import build_run_json
 from .resume import partial_dir, settle_interrupted_pull
 
@@ -421,19 +423,35 @@ def pull(
     project: Path,
     to: Path | None = None,
     on_progress: ProgressFn | None = None,
+    on_wait: Callable[[str], None] | None = None,
 ) -> Path:
     """Pull a job into a new run dir and return its path (see the module docstring).
 
-    A pull of this job that was killed is settled first
-    (:func:`.resume.settle_interrupted_pull`): when its run had landed whole, that run is
-    registered and returned; otherwise this pull resumes from what it had fetched.
+    Pulls of one job take turns (a notebook's ``%pull`` and a terminal's ``rgt pull``, say): a
+    second waits for the first (``on_wait(holder)`` says so) and, when the first landed a run
+    meanwhile, returns that run instead of pulling the same files again. A pull of this job that
+    was killed is settled first (:func:`.resume.settle_interrupted_pull`): when its run had
+    landed whole, that run is registered and returned; otherwise this pull resumes from what it
+    had fetched.
     """
+    before = {r["run_id"] for r in Registry(project).runs(spec.job_id)}
+    lock = lock_path(project, "pull", spec.job_id)
+    with held(lock, f"the pull of job {spec.job_id}", on_wait=on_wait) as waited:
+        landed = [r for r in Registry(project).runs(spec.job_id) if r["run_id"] not in before]
+        if waited and landed:
+            return Path(landed[-1]["path"])
+        return _pull(spec, project, to, on_progress)
+
+
+def _pull(spec: JobSpec, project: Path, to: Path | None, on_progress: ProgressFn | None) -> Path:
+    """:func:`pull`, its lock held."""
     root = (to if to is not None else runs_dir(project)).resolve()
     adopted = settle_interrupted_pull(root, spec.job_id, Registry(project))
     if adopted:
         return adopted[-1]
     transport = get_transport(spec.transport, spec.host_alias, project)
     snap = observe(transport, spec)
+    drop_leftover_secrets(transport, spec, snap, Registry(project))
     if not snap.terminal:
         raise PullError(
             f"job {spec.job_id} is {snap.state}: wait for it to end "

@@ -50,6 +50,9 @@ class Watched(Protocol):
     @property
     def transport(self) -> Transport: ...
 
+    @property
+    def recorded_state(self) -> str: ...
+
     def snapshot(self, log_lines: int = 12, via: Transport | None = None) -> Snapshot: ...
 
 
@@ -337,16 +340,17 @@ class Watcher:
         snap = Snapshot(
             job.id,
             job.name,
-            prev.state if prev else "queued",
+            prev.state if prev else job.recorded_state,
             job.spec.host,
             time.time(),
         )
         if prev is not None:
             snap.progress, snap.log_tail = prev.progress, prev.log_tail
             snap.started_at, snap.heartbeat_age = prev.started_at, prev.heartbeat_age
+        seen = f"last seen {prev.state}" if prev else f"last recorded {job.recorded_state}"
         snap.diagnosis = (
             f"cannot observe the job: {exc}. This says nothing about the job itself (it is not "
-            "taken for failed or lost); the watcher retries with back-off."
+            f"taken for failed or lost; {seen}); the watcher retries with back-off."
         )
         return snap
 
