@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import shlex
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import UsageError
@@ -326,3 +327,32 @@ def parse_line(parser: MagicParser, line: str) -> argparse.Namespace | None:
         return parser.parse_args(argv)
     except HelpShown:
         return None
+
+
+def completions(
+    parser: argparse.ArgumentParser,
+    before: str,
+    symbol: str,
+    values: Mapping[str, Callable[[], Iterable[str]]],
+) -> list[str]:
+    """What may stand at the cursor of a magic's line (IPython tab completion).
+
+    ``before``: the line before the word being typed; ``symbol``: that word. A word starting with
+    ``-`` gets the parser's flags; after an option whose ``dest`` is in ``values``, that
+    option's values (e.g. profile names); elsewhere the first positional's (e.g. job names).
+    """
+    if symbol.startswith("-"):
+        flags = sorted({o for a in parser._actions for o in a.option_strings if o != "-h"})
+        return [f for f in flags if f.startswith(symbol)]
+    try:
+        words = shlex.split(before)
+    except ValueError:
+        words = before.split()
+    previous = words[-1] if words else ""
+    for action in parser._actions:
+        if previous in action.option_strings and action.nargs != 0:
+            source = values.get(action.dest)
+            return sorted(v for v in source() if v.startswith(symbol)) if source else []
+    positional = next((a for a in parser._actions if not a.option_strings), None)
+    source = values.get(positional.dest) if positional is not None else None
+    return sorted(v for v in source() if v.startswith(symbol)) if source else []

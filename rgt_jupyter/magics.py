@@ -10,12 +10,19 @@ import os
 import queue
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
+from IPython.core.completer import (
+    CompletionContext,
+    SimpleCompletion,
+    SimpleMatcherResult,
+    context_matcher,
+)
 from IPython.core.error import UsageError as IPyUsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.display import display
-from traitlets import Unicode
+from traitlets import Bool, Int, Unicode
 
 from .api import Job, JobGroup, Run, RunGroup, find, jobs, submit
 from .args import (
@@ -27,15 +34,20 @@ from .args import (
     WATCH_ARGS,
     MagicParser,
     Spec,
+    completions,
     magic_parser,
     run_options,
 )
 from .args import parse_line as _parse_line
 from .errors import RemoteTraceback, RgtError, TransportError
 from .jobs.snapshot import TERMINAL, Snapshot, new_snapshot
+from .machines.profiles import available
+from .run.phases import phases_to
 from .run.teardown import compute_gate
 from .run.watch.watcher import watcher
-from .views.render import snapshot_html, snapshot_text, transfer_text
+from .store.project import project_dir
+from .views.progress import TransferBar
+from .views.render import log_before_traceback, snapshot_html, snapshot_text
 from .views.restore import restore_bundles
 from .views.teardown_view import TeardownText, TeardownView
 
@@ -144,28 +156,51 @@ class RgtMagics(Magics):
     default_profile = Unicode("local", help="Profile used when --profile is not given.").tag(
         config=True
     )
+    smoke = Bool(
+        None,
+        allow_none=True,
+        help="Run the smoke run before each launch when --smoke/--no-smoke is not given "
+        "(None: the profile's default).",
+    ).tag(config=True)
+    log_lines = Int(
+        40, help="Lines of a finished job's log shown again when its cell is re-run."
+    ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self.last_job: str | None = None
 
-    def _find(self, ref: str | None) -> Job | JobGroup:
+    def _find(self, ref: str | None, magic: str = "%watch", why: str = "") -> Job | JobGroup:
         """The job or seed group ``ref`` names; with none, the last one used here, else the
-        project's newest job."""
+        project's newest job, saying which it chose and why."""
+        if ref is None and not why:
+            why = (
+                "the last job used in this kernel"
+                if self.last_job is not None
+                else "the project's newest job"
+            )
         found = find(ref if ref is not None else self.last_job)
+        if ref is None:
+            label = found.id if isinstance(found, Job) else f"seed group {found.name}"
+            print(f"{magic}: {label} ({why}; name another: {magic} NAME)")
         self.last_job = found.id if isinstance(found, Job) else found.name
         return found
 
     @no_var_expand
-    @cell_magic
-    def remote_run(self, line: str, cell: str) -> Job | JobGroup | None:
+    @line_cell_magic
+    def remote_run(self, line: str, cell: str | None = None) -> Job | JobGroup | None:
         """Run this cell as a detached job: ``%%remote_run --name N [--push PATH] ...``.
 
-        See ``%%remote_run --help`` for every flag.
+        See ``%%remote_run --help`` (or ``%remote_run --help``) for every flag.
         """
         args = parse_line(_RUN, line)
         if args is None:
             return None
+        if cell is None:
+            raise IPyUsageError(
+                "%remote_run runs a cell: write `%%remote_run FLAGS` as the cell's first line "
+                "and the job's program below it (`%remote_run --help` lists the flags)"
+            )
         if not cell.strip():
             raise IPyUsageError(
                 "%%remote_run: the cell is empty; write the job's program below the magic line"
@@ -189,14 +224,17 @@ class RgtMagics(Magics):
                 "cell_id": cell_id(self.shell),
                 "cell_digest": _digest(args, cell),
             }
-            if where["cell_id"] and not args.new and not args.seeds:
+            if not args.new and not args.seeds:
                 prior = self._rebind(where)
                 if prior is not None:
                     return prior
             options = {**run_options(args), "profile": args.profile or self.default_profile}
-            launched = submit(
-                cell, label="[remote_run]", line_offset=1, inputs=inputs, **options, **where
-            )
+            if options.get("smoke") is None:
+                options["smoke"] = self.smoke
+            with phases_to(lambda line: print(f"%%remote_run: {line}", flush=True)):
+                launched = submit(
+                    cell, label="[remote_run]", line_offset=1, inputs=inputs, **options, **where
+                )
             for notice in launched.notices:
                 print(notice)
         except RgtError as exc:
@@ -212,15 +250,23 @@ class RgtMagics(Magics):
             return None
         job = mine[-1]
         snap = job.snapshot(log_lines=0)
+        how = "this cell's job" if where["cell_id"] else "the job of a cell with this same text"
         if not snap.terminal:
+            others = [j.id for j in mine[:-1] if j.recorded_state not in TERMINAL]
+            if others and not where["cell_id"]:
+                print(
+                    f"%%remote_run: {len(others) + 1} cells with this same text have jobs still "
+                    f"running ({', '.join([*others, job.id])}); the frontend sends no cell id "
+                    "to tell them apart: showing the newest."
+                )
             print(
-                f"%%remote_run: this cell's job {job.id} is still {snap.state}; showing it "
+                f"%%remote_run: {how} {job.id} is still {snap.state}; showing it "
                 "instead of launching a second one (`--new` launches another)."
             )
         elif snap.state == "finished":
             ended = time.strftime("%Y-%m-%d %H:%M", time.localtime(snap.ended_at or time.time()))
             print(
-                f"%%remote_run: this cell's job {job.id} finished at {ended}; its output is "
+                f"%%remote_run: {how} {job.id} finished at {ended}; its output is "
                 "shown again below (`--new` runs the cell again)."
             )
             self._restore(job)
@@ -229,9 +275,8 @@ class RgtMagics(Magics):
         self.last_job = job.id
         return job
 
-    @staticmethod
-    def _restore(job: Job) -> None:
-        for data, meta in restore_bundles(job):
+    def _restore(self, job: Job) -> None:
+        for data, meta in restore_bundles(job, log_lines=self.log_lines):
             display(data, metadata=meta, raw=True)
 
     def _notebook_jobs(self) -> list[Job]:
@@ -260,7 +305,11 @@ class RgtMagics(Magics):
                     return None
                 if mine:
                     self.last_job = mine[-1].id
-            found = self._find(args.job)
+                    found = self._find(None, why="this notebook's job")
+                else:
+                    found = self._find(None)
+            else:
+                found = self._find(args.job)
             if isinstance(found, JobGroup):
                 if args.wait:
                     found.wait(args.timeout)
@@ -304,10 +353,13 @@ class RgtMagics(Magics):
                 print(f"%watch: cannot reach {job.spec.host} now ({away}); waiting for it")
                 snap = as_recorded(job, away)
         handle = display(self._bundle(job, snap), raw=True, display_id=True)
+        held: list[str] = []
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
                 if deadline is not None and time.monotonic() >= deadline:
+                    if held:
+                        print("\n".join(held))
                     print(
                         f"%watch: stopped waiting after {timeout:g} s; job {job.id} is still "
                         f"{snap.state}. `%watch {job.name} --wait` to keep waiting."
@@ -324,6 +376,12 @@ class RgtMagics(Magics):
                     continue
                 if kind == "lines":
                     lines, offset = value
+                    # A traceback at the end of the log so far is held back: if the job fails
+                    # with it, the error raised below shows it once, in the cell's lines; if
+                    # more lines come, the job went on and it is printed with them.
+                    lines, held = held + lines, []
+                    cut = len(log_before_traceback(lines))
+                    lines, held = lines[:cut], lines[cut:]
                     if lines:
                         print("\n".join(lines))
                         sys.stdout.flush()
@@ -333,14 +391,19 @@ class RgtMagics(Magics):
                 if handle is not None:
                     handle.update(self._bundle(job, snap), raw=True)
         except KeyboardInterrupt:
+            if held:
+                print("\n".join(held))
             print(f"%watch: interrupted; the job goes on ({job.id}).")
             return job
         finally:
             watch.unsubscribe(key)
+        exc = job.exception() if snap.state == "failed" else None
+        if held and exc is None:
+            print("\n".join(held))
         if snap.state == "failed":
             if handle is not None:
-                handle.update(self._bundle(job, snap), raw=True)
-            exc = job.exception()
+                # The traceback is shown once: by the error raised below (in the cell's lines).
+                handle.update(self._bundle(job, snap, with_traceback=exc is None), raw=True)
             if exc is not None:
                 raise exc
         elif handle is not None:
@@ -349,8 +412,10 @@ class RgtMagics(Magics):
         return job
 
     @staticmethod
-    def _bundle(job: Job, snap: Any) -> dict[str, str]:
-        tb = job.traceback() if snap.state == "failed" else None
+    def _bundle(job: Job, snap: Any, with_traceback: bool = True) -> dict[str, str]:
+        tb = job.traceback() if snap.state == "failed" and with_traceback else None
+        if snap.state == "failed" and not with_traceback:
+            snap = replace(snap, log_tail=log_before_traceback(snap.log_tail))
         return {"text/plain": snapshot_text(snap, tb), "text/html": snapshot_html(snap, tb)}
 
     @line_magic
@@ -360,16 +425,21 @@ class RgtMagics(Magics):
         if args is None:
             return None
         try:
-            found = self._find(args.job)
-            if isinstance(found, JobGroup):
-                return found.pull(to=args.to)
-            return found.pull(
-                to=args.to,
-                on_progress=_ProgressLine(),
-                on_wait=lambda who: print(
-                    f"%pull: another pull of {found.name} runs ({who}); waiting"
-                ),
-            )
+            found = self._find(args.job, "%pull")
+            with phases_to(lambda line: print(f"%pull: {line}", flush=True)):
+                if isinstance(found, JobGroup):
+                    return found.pull(to=args.to)
+                bar = TransferBar(f"pulling {found.name}", notebook=True)
+                try:
+                    return found.pull(
+                        to=args.to,
+                        on_progress=bar,
+                        on_wait=lambda who: print(
+                            f"%pull: another pull of {found.name} runs ({who}); waiting"
+                        ),
+                    )
+                finally:
+                    bar.close()
         except RgtError as exc:
             raise _usage(exc) from None
 
@@ -415,35 +485,16 @@ class RgtMagics(Magics):
         if args is None:
             return None
         try:
-            found = self._find(args.job)
+            found = self._find(args.job, "%teardown")
             # A seed group runs on one machine: the gate of its first member's is the group's.
             job = found.jobs[0] if isinstance(found, JobGroup) else found
-            try:
-                return TeardownView(job._row, job.project)
-            except ImportError:
-                return TeardownText(compute_gate(job._row, job.project), job.name)
+            with phases_to(lambda line: print(f"%teardown: {line}", flush=True)):
+                try:
+                    return TeardownView(job._row, job.project)
+                except ImportError:
+                    return TeardownText(compute_gate(job._row, job.project), job.name)
         except RgtError as exc:
             raise _usage(exc) from None
-
-
-class _ProgressLine:
-    """Shows a pull's progress in one display, updated at most 4 times a second."""
-
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-        self.shown = 0.0
-        self.handle: Any = None
-
-    def __call__(self, done: int, total: int, path: str) -> None:
-        now = time.monotonic()
-        if now - self.shown < 0.25 and done < total:
-            return
-        self.shown = now
-        text = transfer_text(done, total, path, now - self.start)
-        if self.handle is None:
-            self.handle = display({"text/plain": text}, raw=True, display_id=True)
-        else:
-            self.handle.update({"text/plain": text}, raw=True)
 
 
 def as_recorded(job: Job, exc: BaseException) -> Snapshot:
@@ -456,7 +507,71 @@ def as_recorded(job: Job, exc: BaseException) -> Snapshot:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext rgt_jupyter``: register the magics and the live display of jobs."""
-    from .widgets import job_bundle  # deferred: ipywidgets, only where the magics are loaded
+    from .widgets import job_bundle, show_job  # deferred: ipywidgets, where the magics load
 
     ipython.register_magics(RgtMagics)
-    ipython.display_formatter.mimebundle_formatter.for_type(Job, job_bundle)
+    _register_completers(ipython)
+    formatter = ipython.display_formatter
+    # A job shows itself (with a display id, kept true as it runs); the bundle is the fallback.
+    formatter.ipython_display_formatter.for_type(Job, show_job)
+    formatter.mimebundle_formatter.for_type(Job, job_bundle)
+
+
+def _job_names() -> list[str]:
+    names: set[str] = set()
+    try:
+        for job in jobs():
+            names.add(job.name)
+            group = job.spec.group or {}
+            if group.get("name"):
+                names.add(group["name"])
+    except (RgtError, OSError):  # no project yet, or a damaged registry: nothing to offer
+        return []
+    return sorted(names)
+
+
+def _profile_names() -> list[str]:
+    try:
+        return sorted(available(project_dir()))
+    except (RgtError, OSError):
+        return []
+
+
+_COMPLETED = {
+    "%%remote_run": _RUN,
+    "%remote_run": _RUN,
+    "%watch": _WATCH,
+    "%pull": _PULL,
+    "%teardown": _TEARDOWN,
+    "%verify": _VERIFY,
+    "%deliver": _DELIVER,
+}
+
+
+@context_matcher()
+def complete_magic_line(context: CompletionContext) -> SimpleMatcherResult:
+    """Tab completion on a magic's line: its flags, job and group names, profile names. What it
+    offers stands alone (nothing of Python's is mixed in); elsewhere it offers nothing."""
+    line = context.text_until_cursor.split("\n")[-1]
+    magic = line.split(None, 1)[0] if line.strip() else ""
+    parser = _COMPLETED.get(magic)
+    token = context.token
+    found: list[str] = []
+    if parser is not None:
+        before = line[len(magic) : len(line) - len(token)]
+        values = {"job": _job_names, "profile": _profile_names}
+        found = completions(parser, before, token, values)
+    return {
+        "completions": [SimpleCompletion(text, type="magic argument") for text in found],
+        "suppress": bool(found),
+        "ordered": True,
+        "matched_fragment": token,
+        "do_not_suppress": set(),
+    }
+
+
+def _register_completers(ipython: Any) -> None:
+    """Tab completion of the magics' flags, job and group names and profile names."""
+    matchers = ipython.Completer.custom_matchers
+    if complete_magic_line not in matchers:
+        matchers.append(complete_magic_line)

@@ -8,12 +8,16 @@ are used (HTML, IntProgress, Button, VBox, HBox, Layout, ``add_class``), so it r
 
 Each update sends at most three widget messages (the state word only when it changes, the bar,
 one HTML body). Displayed as one bundle with ``text/plain`` and ``text/html`` fallbacks, so
-frontends without widget support (and plain terminals) still show a useful status.
+frontends without widget support (and plain terminals) still show a useful status. The bundle
+is displayed with a display id: when the job's state changes, its fallbacks are replaced in place
+(``update_display_data``), so a notebook saved after the end shows the end on GitHub, nbviewer
+and in nbconvert, not the state it had at launch.
 """
 
 from __future__ import annotations
 
 import html
+import weakref
 from typing import Any
 
 from .api import Job
@@ -49,6 +53,10 @@ def _first_snapshot(job: Job, watch: Watcher) -> Snapshot:
     return snap
 
 
+#: The views on show, by job id (the newest of each job), for the kernel's own look.
+SHOWN: weakref.WeakValueDictionary[str, StatusView] = weakref.WeakValueDictionary()
+
+
 class StatusView:
     """A job's live status widget (created only where ipywidgets imports)."""
 
@@ -59,6 +67,10 @@ class StatusView:
         self.watch = watch or watcher()
         snap = _first_snapshot(job, self.watch)
         self._first = snap
+        #: The snapshot the displayed fallbacks show, and the display they are in.
+        self.saved: Snapshot = snap
+        self.handle: Any = None
+        self.metadata: dict[str, Any] = {}
         self.state = w.HTML(value=state_html(snap.display_state))
         self.state.add_class("rgt-state")
         self.title = w.HTML(
@@ -112,8 +124,20 @@ class StatusView:
             self._shown_state = snap.display_state
 
     def update(self, snap: Snapshot) -> None:
-        """Called by the watcher (rate-limited) with a new snapshot."""
+        """Called by the watcher (rate-limited) with a new snapshot. When the state changed, the
+        displayed fallbacks are replaced in place: what a saved notebook shows stays true."""
         self._render(snap)
+        if self.handle is not None and snap.display_state != self.saved.display_state:
+            self.saved = snap
+            self.handle.update(self.bundle(), raw=True, metadata=self.metadata)
+
+    def show(self, metadata: dict[str, Any]) -> None:
+        """Display the view with a display id (its fallbacks kept true by :meth:`update`)."""
+        from IPython.display import display  # deferred: IPython, only where a view is shown
+
+        self.metadata = metadata
+        self.handle = display(self.bundle(), raw=True, metadata=metadata, display_id=True)
+        SHOWN[self.job.id] = self
 
     def open_teardown(self) -> None:
         """Show the teardown gate of the job's machine below the status (once)."""
@@ -129,17 +153,30 @@ class StatusView:
         self.panel.children = [self.teardown.widget]
 
     def bundle(self) -> dict[str, Any]:
-        """The display bundle: widget view plus text and HTML fallbacks."""
-        tb = self.job.traceback() if self._first.state == "failed" else None
+        """The display bundle: widget view plus text and HTML fallbacks (of :attr:`saved`)."""
+        tb = self.job.traceback() if self.saved.state == "failed" else None
         return {
-            "text/plain": snapshot_text(self._first, tb),
-            "text/html": snapshot_html(self._first, tb),
+            "text/plain": snapshot_text(self.saved, tb),
+            "text/html": snapshot_html(self.saved, tb),
             "application/vnd.jupyter.widget-view+json": {
                 "model_id": self.widget.model_id,
                 "version_major": 2,
                 "version_minor": 0,
             },
         }
+
+
+def show_job(job: Job) -> bool:
+    """How a :class:`Job` displays in a shell that loaded the extension: a live view, shown with
+    a display id so that its saved fallbacks follow the job's state. The output's metadata names
+    the job, so the saved notebook records which job each cell ran. False (IPython then uses
+    :func:`job_bundle`) where no widget can be made."""
+    try:
+        view = StatusView(job)
+    except ImportError:
+        return False
+    view.show({"rgt_jupyter": {"job_id": job.id, "name": job.name}})
+    return True
 
 
 def job_bundle(job: Job) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -124,3 +124,8 @@ def test_deliver_magic_discloses_a_typed_number(ip: Any, project: Path) -> None:
     assert [(t["cell_id"], t["text"]) for t in report.typed] == [("typed", "87.3%")]
     assert "{{rgt:r1:test.accuracy|.1%}}" in report.text()
     assert (project / "delivery" / "nb.manifest.json").is_file()
+    # The rich view is a report, not a <pre> of the text: a verdict, a table of typed numbers.
+    page = report._repr_mimebundle_()["text/html"]
+    assert "<pre" not in page and "disclosed below" in page
+    assert "Numbers typed by hand" in page and "<code>87.3%</code>" in page
+    assert "{{rgt:r1:test.accuracy|.1%}}" in page

@@ -14,13 +14,8 @@ from rgt_jupyter.cli import main as rgt_main
 from rgt_jupyter.errors import ProfileError, UsageError
 from rgt_jupyter.jobs.request import LaunchRequest
 from rgt_jupyter.machines.durability import check
-from rgt_jupyter.machines.profiles import (
-    available,
-    builtin_dirs,
-    load_profile,
-    parse_profile,
-    stale_facts,
-)
+from rgt_jupyter.machines.profile_dirs import builtin_dirs
+from rgt_jupyter.machines.profiles import available, load_profile, parse_profile, stale_facts
 from rgt_jupyter.store.registry import Registry
 
 from .machines import POD_ON_THIS_MACHINE
@@ -63,10 +58,11 @@ def test_profiles_show_explains_stop_destroy_and_billing(
     if prof.metered:
         assert ("IRREVERSIBLE" in out) == prof.meter_stop.irreversible
         assert "IRREVERSIBLE" in out or "reversible: the machine can be started again" in out
-    assert f"Durable dir: {prof.durable_dir}" in out
+    # Paths as on the machine: this project's name filled in, ``~`` for its home dir.
+    assert f"Durable dir: {prof.expand(prof.durable_dir, project, '~')}" in out
     assert "What survives (stop / destroy)" in out
     for tier in prof.tiers:
-        assert tier.path in out
+        assert prof.expand(tier.path, project, "~") in out
     for clock in prof.danger_clocks:
         assert clock.text in out
 

@@ -204,6 +204,7 @@ def test_widget_enables_approve_only_when_the_gate_passes(project: Path, pod: Ru
     assert job.wait(120) == "finished"
     view = TeardownView(job._row, project, background=False)
     assert view.approve.disabled and not view.override.disabled
+    assert (view.approve.description, view.approve.button_style) == ("Approve", "danger")
     assert "never pulled" in view.checklist.value
     view.typed.value = "not-the-id"
     view.override.click()
@@ -217,6 +218,21 @@ def test_widget_enables_approve_only_when_the_gate_passes(project: Path, pod: Ru
     keep = view.extra.children[0].children[2]
     keep.click()
     assert Registry(project).decisions()[-1]["decision"] == "orphan_kept"
+
+
+def test_on_this_machine_the_panel_stops_nothing_and_covers_its_job(project: Path) -> None:
+    """``local`` has no meter: Approve is not red, and the gate is about the job asked for."""
+    from rgt_jupyter.views.teardown_view import TeardownView
+
+    mine = submit(LaunchRequest(program=TRAIN, name="mine"), project)
+    other = submit(LaunchRequest(program=TRAIN, name="other"), project)
+    assert mine.wait(120) == "finished" and other.wait(120) == "finished"
+    view = TeardownView(mine._row, project, background=False)
+    assert (view.approve.description, view.approve.button_style) == ("Record approval", "")
+    assert {c.job_id for c in view.gate.checks} == {mine.id}
+    assert other.id not in view.checklist.value
+    header = view.gate.text().splitlines()[0]
+    assert header.startswith("Teardown of this machine (") and header.count("(") == 1, header
 
 
 GUIDED = (

@@ -1,5 +1,5 @@
 """``rgt check-numbers``, ``reconcile``, ``evidence``, ``deliver`` and ``repro``: DELIVER from the
-command line (each imported when its command runs)."""
+command line (the heavier ones imported when their command runs)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,34 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..deliver.check_numbers import add_arguments as check_arguments
+from ..deliver.check_numbers import run_args as check_run
+from ..deliver.reconcile import add_arguments as reconcile_arguments
+from ..deliver.reconcile import run_args as reconcile_run
+
 COMMANDS = ("check-numbers", "reconcile", "evidence", "deliver", "repro")
 
 
 def add_parsers(sub: Any) -> None:
     """Register the subcommands on the ``rgt`` parser."""
-    for name, text in (
-        ("check-numbers", "find numbers typed by hand in a notebook (--json, --strict)"),
-        ("reconcile", "check README, Markdown and LaTeX numbers against EVIDENCE.json"),
-    ):
-        delegated = sub.add_parser(name, help=text, add_help=False, description=text)
-        delegated.add_argument("rest", nargs=argparse.REMAINDER)
+    check_arguments(
+        sub.add_parser(
+            "check-numbers",
+            help="find numbers typed by hand in a notebook (--json, --strict)",
+            description="List the numbers of a notebook that were typed rather than generated "
+            "from results.json. Exit 0; with --strict 1 while a typed or stale number remains; "
+            "2 when the notebook cannot be read.",
+        )
+    )
+    reconcile_arguments(
+        sub.add_parser(
+            "reconcile",
+            help="check README, Markdown and LaTeX numbers against EVIDENCE.json",
+            description="Check every number next to a metric name in README, paper and notes "
+            "against EVIDENCE.json (and EVIDENCE.json against results.json). Exit 0 no drift, "
+            "1 drift, 2 a load error.",
+        )
+    )
     evidence = sub.add_parser(
         "evidence",
         help="bring EVIDENCE.json in step with the runs",
@@ -50,13 +67,9 @@ def dispatch(args: argparse.Namespace, project: Path) -> int | None:
         return None
     os.environ["RGT_PROJECT"] = str(project)
     if args.command == "check-numbers":
-        from ..deliver.check_numbers import main as check_main  # deferred: per command
-
-        return check_main(["--project", str(project), *args.rest])
+        return check_run(args, project)
     if args.command == "reconcile":
-        from ..deliver.reconcile import main as reconcile_main  # deferred: per command
-
-        return reconcile_main(list(args.rest))
+        return reconcile_run(args, project)
     if args.command == "evidence":
         from ..deliver.evidence import sync  # deferred: per command
 

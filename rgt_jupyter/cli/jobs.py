@@ -22,8 +22,16 @@ from ..args import (
     run_options,
 )
 from ..errors import RgtError, TransportError
+from ..run.phases import phases_to
 from ..run.rebuild import rebuild_registry
-from ..views.render import progress_text, snapshot_text, strip_ansi, transfer_text
+from ..views.progress import TransferBar
+from ..views.render import progress_text, snapshot_text
+from .output import dump, for_stream, run_dict, snapshot_dict, state_word
+
+_JSON_HELP = "print what is shown as one JSON object"
+
+#: Exit code of a job that runs but needs a look: stalled, or its agent lost.
+EXIT_ATTENTION = 3
 
 COMMANDS = ("run", "watch", "pull", "resume", "stop", "jobs", "verify", "trust-host")
 
@@ -37,22 +45,22 @@ def add_parsers(sub: Any) -> None:
     )
     run.add_argument("file", metavar="FILE.py")
     add_args(run, RUN_ARGS)
-    add_args(
-        sub.add_parser(
-            "watch",
-            help="show a job's status (--wait: until it ends)",
-            description="Show a job's status.",
-        ),
-        WATCH_ARGS,
+    watch = sub.add_parser(
+        "watch",
+        help="show a job's status (--wait: until it ends)",
+        description="Show a job's status. Exit 0 finished, or queued or running and healthy; 1 "
+        "ended failed, preempted or lost; 3 running but stalled or its agent lost; 124 "
+        "--timeout ran out. The same codes hold with and without --wait.",
     )
-    add_args(
-        sub.add_parser(
-            "pull",
-            help="pull a job into a verified, immutable run",
-            description="Pull outputs and checkpoints into runs/<run-id>/.",
-        ),
-        PULL_ARGS,
+    add_args(watch, WATCH_ARGS)
+    watch.add_argument("--json", action="store_true", help=_JSON_HELP)
+    pull = sub.add_parser(
+        "pull",
+        help="pull a job into a verified, immutable run",
+        description="Pull outputs and checkpoints into runs/<run-id>/. Exit 0 verified, 1 not.",
     )
+    add_args(pull, PULL_ARGS)
+    pull.add_argument("--json", action="store_true", help=_JSON_HELP)
     add_args(
         sub.add_parser(
             "resume",
@@ -92,6 +100,7 @@ def add_parsers(sub: Any) -> None:
     jobs_cmd.add_argument(
         "--rebuild", action="store_true", help="rebuild the registry from what is on disk"
     )
+    jobs_cmd.add_argument("--json", action="store_true", help=_JSON_HELP)
     jobs_cmd.add_argument(
         "--host",
         action="append",
@@ -125,8 +134,9 @@ def dispatch(args: argparse.Namespace, project: Path) -> int | None:
         return _verify(args, project)
     if args.command == "jobs":
         if args.rebuild:
-            print(rebuild_registry(project, args.host).text())
-        return _jobs(project)
+            report = rebuild_registry(project, args.host).text()
+            print(report, file=sys.stderr if args.json else sys.stdout)
+        return _jobs(project, as_json=args.json)
     if args.command == "trust-host":
         return _trust_host(args.alias, project)
     return None
@@ -141,14 +151,15 @@ def _run(args: argparse.Namespace, project: Path) -> int:
         "name": args.name or path.stem.replace(" ", "_"),
         "profile": args.profile or "local",
     }
-    launched = submit(
-        path.read_text(encoding="utf-8"),
-        project,
-        program_name=path.name if path.suffix == ".py" else "rgt_program.py",
-        label=str(path),
-        line_offset=0,
-        **options,
-    )
+    with phases_to(lambda line: print(f"rgt: {line}", file=sys.stderr, flush=True)):
+        launched = submit(
+            path.read_text(encoding="utf-8"),
+            project,
+            program_name=path.name if path.suffix == ".py" else "rgt_program.py",
+            label=str(path),
+            line_offset=0,
+            **options,
+        )
     for line in launched.notices:
         print(line)
     for job in launched.jobs if isinstance(launched, JobGroup) else [launched]:
@@ -156,18 +167,47 @@ def _run(args: argparse.Namespace, project: Path) -> int:
     return 0
 
 
+def _exit_code(snap: Any) -> int:
+    """0 finished or healthy, 1 ended otherwise, 3 running but needing a look."""
+    if snap.terminal:
+        return 0 if snap.state == "finished" else 1
+    return EXIT_ATTENTION if snap.display_state in ("stalled", "running, agent lost") else 0
+
+
 def _watch(args: argparse.Namespace, project: Path) -> int:
     found = find(args.job, project)
     if isinstance(found, JobGroup):
-        states = found.wait(args.timeout) if args.wait else found.states()
-        print(found.text())
-        return 0 if set(states.values()) == {"finished"} else 1
+        return _watch_group(found, args)
     job = found
-    if not args.wait:
-        snap = job.snapshot()
-        print(snapshot_text(snap, job.traceback() if snap.state == "failed" else None))
-        return 0
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    if args.wait:
+        code = _wait(job, args.timeout, quiet=args.json)
+        if code is not None:
+            return code
+    snap = job.snapshot()
+    tb = job.traceback() if snap.state == "failed" else None
+    if args.json:
+        dump(snapshot_dict(snap, tb))
+    else:
+        print(for_stream(snapshot_text(snap, tb)))
+    return _exit_code(snap)
+
+
+def _watch_group(group: JobGroup, args: argparse.Namespace) -> int:
+    states = group.wait(args.timeout) if args.wait else group.states()
+    if args.json:
+        dump({"group": group.name, "states": states})
+    else:
+        print(group.text())
+    if any(s in ("failed", "preempted", "lost") for s in states.values()):
+        return 1
+    if args.wait and set(states.values()) != {"finished"}:
+        return 124
+    return 0
+
+
+def _wait(job: Job, timeout: float | None, quiet: bool) -> int | None:
+    """Follow ``job`` until it ends (None) or ``timeout`` runs out (124), through outages."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     last = None
     while True:
         try:
@@ -180,49 +220,47 @@ def _watch(args: argparse.Namespace, project: Path) -> int:
                 print(line, file=sys.stderr, flush=True)
                 last = line
             if deadline is not None and time.monotonic() >= deadline:
-                print(
-                    f"{job.spec.host} still unreachable after {args.timeout:g} s", file=sys.stderr
-                )
+                print(f"{job.spec.host} still unreachable after {timeout:g} s", file=sys.stderr)
                 return 124
             time.sleep(2.0)
             continue
         line = f"{snap.state}: {progress_text(snap.progress)}"
         if line != last:
-            print(line, flush=True)
+            print(line, file=sys.stderr if quiet else sys.stdout, flush=True)
             last = line
         if snap.terminal:
-            break
+            return None
         if deadline is not None and time.monotonic() >= deadline:
-            print(f"still {snap.state} after {args.timeout:g} s", file=sys.stderr)
+            print(f"still {snap.state} after {timeout:g} s", file=sys.stderr)
             return 124
         time.sleep(0.5)
-    snap = job.snapshot()
-    tb = job.traceback() if snap.state == "failed" else None
-    print(strip_ansi(snapshot_text(snap, tb)))
-    return 0 if snap.state == "finished" else 1
 
 
 def _pull(args: argparse.Namespace, project: Path) -> int:
-    start = time.monotonic()
-
-    def progress(done: int, total: int, path: str) -> None:
-        if sys.stderr.isatty():
-            text = transfer_text(done, total, path, time.monotonic() - start)
-            print("\r" + text[:120].ljust(120), end="", file=sys.stderr, flush=True)
-
     found = find(args.job, project)
+    say = phases_to(lambda line: print(f"rgt: {line}", file=sys.stderr, flush=True))
     if isinstance(found, JobGroup):
-        runs = found.pull(to=args.to)
-        print(runs.text())
+        with say:
+            runs = found.pull(to=args.to)
+        if args.json:
+            dump({"group": runs.name, "runs": [run_dict(r) for r in runs]})
+        else:
+            print(runs.text())
         return 0 if all(r.verified for r in runs) else 1
 
     def waiting(holder: str) -> None:
         print(f"another pull of {found.name} runs ({holder}): waiting for it", file=sys.stderr)
 
-    run = found.pull(to=args.to, on_progress=progress, on_wait=waiting)
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
-    print(run.text())
+    bar = TransferBar(f"pulling {found.name}")
+    try:
+        with say:
+            run = found.pull(to=args.to, on_progress=bar, on_wait=waiting)
+    finally:
+        bar.close()
+    if args.json:
+        dump(run_dict(run))
+    else:
+        print(run.text())
     return 0 if run.verified else 1
 
 
@@ -230,7 +268,8 @@ def _resume(args: argparse.Namespace, project: Path) -> int:
     found = find(args.job, project)
     members = found.jobs if isinstance(found, JobGroup) else [found]
     for member in members:
-        job = member.resume(fresh=args.fresh, force=args.force)
+        with phases_to(lambda line: print(f"rgt: {line}", file=sys.stderr, flush=True)):
+            job = member.resume(fresh=args.fresh, force=args.force)
         print(f"relaunched {job.id}; follow it with: rgt watch {job.name}")
     return 0
 
@@ -253,42 +292,63 @@ def _verify(args: argparse.Namespace, project: Path) -> int:
     return 1 if args.strict and report.problems else 0
 
 
-def _jobs(project: Path) -> int:
+def _jobs(project: Path, as_json: bool = False) -> int:
     """Every job of the project; one whose host cannot be reached now shows its last known
     state and how old that is (a host that failed once is not asked again in this listing)."""
     every: list[Job] = jobs(project)
-    if not every:
-        print(f"no jobs in {project}")
-        return 0
-    table = [("ID", "NAME", "STATE", "PROFILE", "CREATED", "PROGRESS")]
+    rows: list[dict[str, Any]] = []
     away: dict[tuple[str, str], str] = {}
     now = time.time()
     for job in every:
         where = (job.spec.transport, job.spec.host_alias or "")
-        progress = "-"
-        if where in away:
-            state = _unobserved(job, away[where], now)
-        else:
+        row: dict[str, Any] = {
+            "id": job.id,
+            "name": job.name,
+            "profile": job.profile,
+            "host": job.spec.host_alias or job.spec.host,
+            "group": (job.spec.group or {}).get("name"),
+            "created_at": job.spec.created_at,
+            "observed": False,
+            "state": job.recorded_state,
+            "recorded_age_s": round(max(0.0, now - job.recorded_at), 1),
+            "progress": None,
+        }
+        if where not in away:
             try:
                 snap = job.snapshot(log_lines=0)
-                state = snap.display_state
-                progress = progress_text(snap.progress) if snap.progress else "-"
+                row.update(observed=True, state=snap.display_state, progress=snap.progress)
             except (TransportError, OSError) as exc:
                 away[where] = str(exc)
-                state = _unobserved(job, away[where], now)
-        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(job.spec.created_at))
-        table.append((job.id, job.name, state, job.profile, created, progress))
+        rows.append(row)
+    if as_json:
+        dump({"project": str(project), "jobs": rows, "not_observed": _away(away)})
+        return 0
+    if not rows:
+        print(f"no jobs in {project}")
+        return 0
+    table = [("ID", "NAME", "STATE", "PROFILE", "CREATED", "PROGRESS")]
+    for row in rows:
+        state = row["state"] if row["observed"] else _unobserved(row)
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created_at"]))
+        progress = progress_text(row["progress"]) if row["progress"] else "-"
+        table.append((row["id"], row["name"], state, row["profile"], created, progress))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    for (_, host), why in sorted(away.items()):
-        print(f"not observed now: {host or 'this machine'} ({why})", file=sys.stderr)
+        cells = [c.ljust(w) for c, w in zip(r, widths, strict=True)]
+        if r is not table[0]:
+            cells[2] = state_word(r[2], widths[2])
+        print("  ".join(cells).rstrip())
+    for host, why in _away(away).items():
+        print(f"not observed now: {host} ({why})", file=sys.stderr)
     return 0
 
 
-def _unobserved(job: Job, why: str, now: float) -> str:
-    age = max(0.0, now - job.recorded_at)
-    return f"{job.recorded_state}? (not observed; recorded {_age(age)} ago)"
+def _away(away: dict[tuple[str, str], str]) -> dict[str, str]:
+    return {host or "this machine": why for (_, host), why in sorted(away.items())}
+
+
+def _unobserved(row: dict[str, Any]) -> str:
+    return f"{row['state']}? (not observed; recorded {_age(row['recorded_age_s'])} ago)"
 
 
 def _age(seconds: float) -> str:

@@ -7,6 +7,7 @@ import json
 import re
 import shlex
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from ..errors import UsageError
 from ..machines.profile_text import explain
 from ..machines.profiles import available, load_profile
 from ..run.billing import check_idle, describe
+from ..run.phases import phases_to
 from ..run.teardown import (
     compute_gate,
     confirm_guided,
@@ -26,6 +28,9 @@ from ..run.teardown import (
     stop_meter,
 )
 from ..store.registry import Registry
+from .output import dump, fit, pad
+
+_JSON_HELP = "print what is shown as one JSON object"
 
 _SSH_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>[A-Za-z0-9.\-\[\]:]+)$")
 
@@ -40,6 +45,7 @@ def add_parsers(sub: Any) -> None:
     )
     prof.add_argument("action", nargs="?", choices=("list", "show", "ack"), default="list")
     prof.add_argument("name", nargs="?", default=None)
+    prof.add_argument("--json", action="store_true", help=_JSON_HELP)
     up = sub.add_parser(
         "up",
         help="bring up a machine on a rental profile (API or guided)",
@@ -59,16 +65,22 @@ def add_parsers(sub: Any) -> None:
     up.add_argument("--id", default=None, help="guided: the instance name the console shows")
     up.add_argument("--ack-clocks", action="store_true", help="acknowledge the danger clocks")
     up.add_argument("--yes", action="store_true", help="approve the spend")
-    add_args(
-        sub.add_parser(
-            "down",
-            help="the teardown gate; stop a machine's meter once its work is safe",
-            description="Compute the teardown gate from artifacts; with --yes (gate passing) or "
-            "--override INSTANCE_ID, stop the meter with the profile's verb.",
-        ),
-        DOWN_ARGS,
+    down = sub.add_parser(
+        "down",
+        help="the teardown gate; stop a machine's meter once its work is safe",
+        description="Compute the teardown gate from artifacts; with --yes (gate passing) or "
+        "--override INSTANCE_ID, stop the meter with the profile's verb. Exit 0 when the gate "
+        "passes or the decision is done, 1 when it is refused and nothing was done.",
     )
-    sub.add_parser("instances", help="machines brought up, with cost so far", description="")
+    add_args(down, DOWN_ARGS)
+    down.add_argument("--json", action="store_true", help=_JSON_HELP)
+    instances = sub.add_parser(
+        "instances",
+        help="machines brought up, with cost so far",
+        description="The machines `rgt up` brought up in this project, with their state, cost "
+        "so far and any idle warning.",
+    )
+    instances.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def dispatch(args: argparse.Namespace, project: Path) -> int | None:
@@ -80,26 +92,31 @@ def dispatch(args: argparse.Namespace, project: Path) -> int | None:
     if args.command == "down":
         return _down(args, project)
     if args.command == "instances":
-        return _instances(project)
+        return _instances(project, as_json=args.json)
     return None
 
 
 def _profiles(args: argparse.Namespace, project: Path) -> int:
 
     if args.action == "list":
-        for name in sorted(available(project)):
-            prof = load_profile(name, project)
-            verb = prof.meter_stop.verb + (
-                " (irreversible)" if prof.meter_stop.irreversible else ""
-            )
-            print(f"{name:11} {prof.kind:11} {verb:40.40} {prof.description}")
+        profiles = [load_profile(name, project) for name in sorted(available(project))]
+        if args.json:
+            dump({"profiles": [_profile_row(p) for p in profiles]})
+            return 0
+        for prof in profiles:
+            mark = " (irreversible)" if prof.meter_stop.irreversible else ""
+            verb = fit(prof.meter_stop.verb, 40 - len(mark)) + mark
+            print(f"{prof.name:11} {prof.kind:11} {pad(verb, 40)} {prof.description}")
         return 0
     if not args.name:
         raise UsageError(f"`rgt profiles {args.action} NAME`: which profile?")
     prof = load_profile(args.name, project)
     get_backend(prof.launcher)  # a launcher no backend answers to is refused here, by name
     if args.action == "show":
-        print(explain(prof, project))
+        if args.json:
+            dump({**asdict(prof), "explained": explain(prof, project)})
+        else:
+            print(explain(prof, project))
         return 0
     text = [n.text for n in prof.danger_clocks]
     if Registry(project).ack(prof.name, "danger_clocks", how="rgt profiles ack", text=text):
@@ -107,6 +124,17 @@ def _profiles(args: argparse.Namespace, project: Path) -> int:
     else:
         print(f"the danger clocks of {prof.name} were already acknowledged")
     return 0
+
+
+def _profile_row(prof: Any) -> dict[str, Any]:
+    return {
+        "name": prof.name,
+        "kind": prof.kind,
+        "meter_stop": prof.meter_stop.verb,
+        "irreversible": prof.meter_stop.irreversible,
+        "description": prof.description,
+        "source": prof.source,
+    }
 
 
 def _param(pair: str) -> tuple[str, Any]:
@@ -211,15 +239,40 @@ def _down(args: argparse.Namespace, project: Path) -> int:
     found = find(args.job, project)
     # A seed group runs on one machine: the gate of its first member's is the group's.
     job = found.jobs[0] if isinstance(found, JobGroup) else found
-    gate = compute_gate(job._row, project)
-    print(gate.text())
+    with phases_to(lambda line: print(f"rgt: {line}", file=sys.stderr, flush=True)):
+        gate = compute_gate(job._row, project)
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    code = _decide_down(args, job.name, gate, project, say)
+    if args.json:
+        dump(
+            {
+                "gate": {
+                    **gate.record(),
+                    "reasons": gate.reasons(),
+                    "survives": gate.survives,
+                    "keeps_billing": gate.keeps_billing,
+                },
+                "said": said,
+            }
+        )
+    return code
+
+
+def _decide_down(args: argparse.Namespace, name: str, gate: Any, project: Path, say: Any) -> int:
+    if not args.json:
+        say(gate.text())
     if args.confirm_stopped:
         confirm_guided(gate, project, typed=args.override)
-        print("recorded: you confirmed the meter is stopped (rgt did not observe it)")
+        say("recorded: you confirmed the meter is stopped (rgt did not observe it)")
         return 0
     if args.refuse:
         decide(gate, "refuse", project)
-        print("recorded: the machine is kept")
+        say("recorded: the machine is kept")
         return 0
     if args.override is not None:
         record = decide(gate, "override", project, typed=args.override)
@@ -227,16 +280,16 @@ def _down(args: argparse.Namespace, project: Path) -> int:
         record = decide(gate, "approve", project)
     else:
         if gate.passed:
-            print(f"Nothing done. Approve with: rgt down {job.name} --yes")
+            say(f"Nothing done. Approve with: rgt down {name} --yes")
         else:
-            print(
+            say(
                 f"Nothing done. To stop the meter anyway, type the instance id: "
-                f"rgt down {job.name} --override {gate.machine.platform_id}"
+                f"rgt down {name} --override {gate.machine.platform_id}"
             )
         return 0 if gate.passed else 1
-    outcome = stop_meter(gate, record, project, timeout=args.timeout, on_poll=print)
-    print(outcome.message)
-    interactive = sys.stdin.isatty()
+    outcome = stop_meter(gate, record, project, timeout=args.timeout, on_poll=say)
+    say(outcome.message)
+    interactive = sys.stdin.isatty() and not args.json
     for orphan in outcome.orphans:
         if interactive:
             print(f"Still billing: {orphan.bills}. Delete it? [y/N] ", end="", flush=True)
@@ -244,20 +297,26 @@ def _down(args: argparse.Namespace, project: Path) -> int:
             settle_orphan(gate, orphan, answer in ("y", "yes"), project)
         else:
             settle_orphan(gate, orphan, False, project)
-            print(
+            say(
                 f"Still billing (kept; delete it in the console or rerun interactively): {orphan.bills}"
             )
     return 0
 
 
-def _instances(project: Path) -> int:
+def _instances(project: Path, as_json: bool = False) -> int:
 
     rows = Registry(project).instances()
+    listed = []
+    for inst in rows:
+        warning = check_idle(inst, project) if inst["ended_at"] is None else None
+        listed.append({**inst, "line": describe(inst), "idle_warning": warning})
+    if as_json:
+        dump({"instances": listed})
+        return 0
     if not rows:
         print("no machines brought up with `rgt up` in this project")
-    for inst in rows:
-        print(describe(inst))
-        warning = check_idle(inst, project) if inst["ended_at"] is None else None
-        if warning:
-            print(f"  WARNING: {warning}")
+    for item in listed:
+        print(item["line"])
+        if item["idle_warning"]:
+            print(f"  WARNING: {item['idle_warning']}")
     return 0

@@ -182,7 +182,8 @@ class DeliveryReport:
         for change in self.evidence_changes:
             lines.append(f"  EVIDENCE.json updated: {change}")
         for g in self.gate:
-            state = ", ".join(f"{k}: {v}" for k, v in g["checks"].items())
+            # Each check's word says what it found (verified, transcribed, drift 0.91 vs 0.93).
+            state = ", ".join(str(v) for v in g["checks"].values())
             lines.append(
                 f"  {g['claim_id']}#{g['row']} {g['value']} {g['caption_suffix']}: {state}"
             )
@@ -192,11 +193,75 @@ class DeliveryReport:
             lines.append(f"  manifest: {self.manifest}")
         return "\n".join(lines)
 
+    def html(self) -> str:
+        """The report as HTML: a verdict line, then one table per kind of finding, the claims
+        with a coloured word per check (theme colours, with fallbacks outside JupyterLab)."""
+        e = html.escape
+        good, bad = "var(--jp-success-color1, #1a7f37)", "var(--jp-error-color1, #cf222e)"
+        verdict = (
+            f"<span style='color:{good};font-weight:bold'>clean</span>"
+            if self.clean
+            else f"<span style='color:{bad};font-weight:bold'>disclosed below</span> "
+            "(nothing was blocked)"
+        )
+        parts = [f"<div class='rgt-deliver'><b>%deliver {e(self.notebook or '')}</b>: {verdict}"]
+
+        def table(title: str, head: list[str], rows: list[list[str]]) -> None:
+            if rows:
+                cells = "".join(
+                    "<tr>" + "".join(f"<td style='text-align:left'>{c}</td>" for c in r) + "</tr>"
+                    for r in rows
+                )
+                heads = "".join(f"<th>{e(h)}</th>" for h in head)
+                parts.append(f"<div><b>{e(title)}</b><table><tr>{heads}</tr>{cells}</table></div>")
+
+        table(
+            "Numbers typed by hand",
+            ["cell", "line", "number", "generate it with"],
+            [
+                [e(str(i.get("cell_id"))), e(str(i.get("line"))), f"<code>{e(i['text'])}</code>"]
+                + [f"<code>{e(str(i.get('suggestion') or ''))}</code>"]
+                for i in self.typed
+            ],
+        )
+        table(
+            "Figures",
+            ["figure", "problem"],
+            [[e(str(f["figure"])), e(p)] for f in self.figures for p in f["problems"]],
+        )
+        table(
+            "Documents that drifted",
+            ["where", "metric", "reported", "runs say"],
+            [
+                [e(f"{d.get('doc')}:{d.get('line')}"), e(str(d.get("metric")))]
+                + [e(str(d.get("reported"))), e(str(d.get("authoritative")))]
+                for d in self.drifts
+            ],
+        )
+        table("EVIDENCE.json updated", ["change"], [[e(c)] for c in self.evidence_changes])
+        ok_words = {"verified", "mapped", "generated", "reconciled", "clean"}
+        table(
+            "Claims",
+            ["claim", "value", "checks", "findings"],
+            [
+                [
+                    e(f"{g['claim_id']}#{g['row']}"),
+                    e(f"{g['value']} {g['caption_suffix']}".strip()),
+                    " ".join(
+                        f"<span style='color:{good if v in ok_words else bad}'>{e(str(v))}</span>"
+                        for v in g["checks"].values()
+                    ),
+                    "<br>".join(e(f) for f in g["findings"]),
+                ]
+                for g in self.gate
+            ],
+        )
+        if self.manifest:
+            parts.append(f"<div>manifest: <code>{e(self.manifest)}</code></div>")
+        return "".join(parts) + "</div>"
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return {
-            "text/plain": self.text(),
-            "text/html": f"<pre class='rgt-deliver'>{html.escape(self.text())}</pre>",
-        }
+        return {"text/plain": self.text(), "text/html": self.html()}
 
 
 def _figure_checks(project: Path) -> list[dict[str, Any]]:

@@ -60,9 +60,12 @@ def check(profile: Profile, ckpt_dir: str, project: Path, home: str) -> Durabili
     ms = profile.meter_stop
     tier = tier_of(profile, ckpt_dir, project, home)
 
+    # The tier's path as it is on the machine (its ``{home}`` and ``{project_name}`` filled in).
+    where = profile.expand(tier.path, project, home) if tier else ""
+
     def verdict(ok: bool, reason: str) -> Durability:
-        label, path = (tier.label, tier.path) if tier else ("unknown", "")
-        return Durability(ok, ckpt_dir, label, path, ms.effect, ms.verb, reason)
+        label = tier.label if tier else "unknown"
+        return Durability(ok, ckpt_dir, label, where, ms.effect, ms.verb, reason)
 
     if tier is None:
         return verdict(
@@ -72,18 +75,18 @@ def check(profile: Profile, ckpt_dir: str, project: Path, home: str) -> Durabili
         )
     if tier.survives(ms.effect):
         kept = "stop" if ms.effect == "stop" else "destroy" if ms.effect == "destroy" else "end"
-        return verdict(True, f"{tier.label} ({tier.path}) survives {ms.verb} ({kept})")
+        return verdict(True, f"{tier.label} ({where}) survives {ms.verb} ({kept})")
     if profile.pull_before_teardown and tier.survives_stop:
         return verdict(
             True,
-            f"{tier.label} ({tier.path}) survives restarts but not {ms.verb}: checkpoints "
+            f"{tier.label} ({where}) survives restarts but not {ms.verb}: checkpoints "
             "there are safe only once pulled, and `rgt down` refuses to stop the meter "
             "before they are pulled and verified",
         )
     lost_on = "a stop or restart" if not tier.survives_stop else ms.verb
     return verdict(
         False,
-        f"{ckpt_dir} is on {tier.label} ({tier.path}), which is lost on {lost_on}"
+        f"{ckpt_dir} is on {tier.label} ({where}), which is lost on {lost_on}"
         + (f" ({tier.note})" if tier.note else ""),
     )
 
@@ -99,8 +102,9 @@ def surviving_tiers(profile: Profile) -> list[Tier]:
     return out
 
 
-def refusal_advice(profile: Profile, verdict: Durability) -> str:
-    """The consequence spelled out, and what to do instead."""
+def refusal_advice(profile: Profile, verdict: Durability, project: Path, home: str) -> str:
+    """The consequence spelled out, and what to do instead (the tiers' paths as they are on the
+    machine whose home dir is ``home``)."""
     good = surviving_tiers(profile)
     options = []
     for tier in good:
@@ -110,7 +114,7 @@ def refusal_advice(profile: Profile, verdict: Durability) -> str:
             if tier.needs and tier.needs not in profile.features
             else ""
         )
-        options.append(f"{tier.path} ({tier.label}){need}")
+        options.append(f"{profile.expand(tier.path, project, home)} ({tier.label}){need}")
     where = "; ".join(options) or "no tier of this profile survives it"
     return (
         f"Refused: {verdict.reason}. If the job's checkpoints are lost there, a preempted or "

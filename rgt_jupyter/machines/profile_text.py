@@ -35,20 +35,25 @@ def explain(profile: Profile, project: Path, today: _dt.date | None = None) -> s
             out.append(f"  how: {ms.console}")
         for other in ms.other_verbs:
             out.append(f"  other verb: {other}")
+    # Paths as they are on the machine: ``~`` stands for the home dir there (unknown until a
+    # job runs), the project's name is this project's.
+    home = "~"
+
+    def shown(template: str) -> str:
+        return profile.expand(template, project, home)
+
     out.append("What survives (stop / destroy):")
     for tier in profile.tiers:
         need = f" [only with {tier.needs}]" if tier.needs else ""
         note = f" — {tier.note}" if tier.note else ""
         out.append(
-            f"  {tier.path:24} {tier.label}{need}: stop {_yes(tier.survives_stop)}, "
+            f"  {shown(tier.path):24} {tier.label}{need}: stop {_yes(tier.survives_stop)}, "
             f"destroy {_yes(tier.survives_destroy)}{note}"
         )
-    home = "{home}"
-    verdict = check(
-        profile, profile.expand(profile.durable_dir, project, home) + "/x", project, home
-    )
-    good = ", ".join(f"{t.path} ({t.label})" for t in surviving_tiers(profile)) or "none"
-    out.append(f"Durable dir: {profile.durable_dir}")
+    durable = shown(profile.durable_dir)
+    verdict = check(profile, durable, project, home)
+    good = ", ".join(f"{shown(t.path)} ({t.label})" for t in surviving_tiers(profile)) or "none"
+    out.append(f"Durable dir: {durable}")
     out.append(
         f"Checkpoints must go on: {good}. The durable dir "
         + ("passes: " if verdict.ok else "is REFUSED as it stands: ")

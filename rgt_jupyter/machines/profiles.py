@@ -1,11 +1,11 @@
 """Profiles: where and how jobs run, and what a platform keeps and loses, as data (TOML)
 validated into typed models.
 
-Built-ins live in ``profiles/`` (shipped in the wheel); user profiles in
-``~/.config/rgt/profiles/`` and ``<project>/.rgt/profiles/`` override them by name, and may
-``extends = "NAME"`` another profile: tables merge key by key, arrays and scalars replace. Every
-platform fact carries the month it was last verified (the file's ``verified`` unless the fact
-has its own); :func:`stale_facts` names those older than six months. Secrets are referenced by
+Built-ins live in ``profiles/`` (shipped in the wheel); the user's profiles
+(``$XDG_CONFIG_HOME/rgt/profiles/``, by default ``~/.config/rgt/profiles/``) and
+``<project>/.rgt/profiles/`` override them by name, and may ``extends = "NAME"`` another
+profile: tables merge key by key, arrays and scalars replace. Every platform fact carries the
+month it was last verified (the file's ``verified`` unless the fact has its own); :func:`stale_facts` names those older than six months. Secrets are referenced by
 env var or file name, never stored: a key that looks like one is refused.
 """
 
@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import difflib
-import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ import tomllib
 
 from ..errors import ProfileError
 from .platforms import PLATFORMS
+from .profile_dirs import profile_files
 
 _TRANSPORTS = ("local", "ssh", "kubernetes")
 _KINDS = ("workstation", "ssh", "ssh-rental", "cloud-api", "slurm", "kubernetes", "notebook")
@@ -524,38 +523,14 @@ def _build(data: dict[str, Any], source: str) -> Profile:
 # -- finding and loading ------------------------------------------------------------------
 
 
-def builtin_dirs() -> list[Path]:
-    """Where built-in profile files live: in the wheel, or ``profiles/`` of a source checkout."""
-    package = Path(str(resources.files("rgt_jupyter")))
-    return [p for p in (package / "_profiles", package.parent / "profiles") if p.is_dir()]
-
-
-def search_dirs(project: Path | None) -> list[Path]:
-    """Built-ins first, then ``~/.config/rgt/profiles``, then ``<project>/.rgt/profiles``."""
-    dirs = builtin_dirs()
-    dirs.append(Path(os.path.expanduser("~/.config/rgt/profiles")))
-    if project is not None:
-        dirs.append(project / ".rgt" / "profiles")
-    return dirs
-
-
-def _all_files(project: Path | None) -> dict[str, list[Path]]:
-    found: dict[str, list[Path]] = {}
-    for directory in search_dirs(project):
-        if directory.is_dir():
-            for path in sorted(directory.glob("*.toml")):
-                found.setdefault(path.stem, []).append(path)
-    return found
-
-
 def available(project: Path | None = None) -> dict[str, Path]:
     """Profile name -> file; later search dirs override earlier ones."""
-    return {name: paths[-1] for name, paths in _all_files(project).items()}
+    return {name: paths[-1] for name, paths in profile_files(project).items()}
 
 
 def load_profile(name: str, project: Path | None = None) -> Profile:
     """Load and validate profile ``name``; an unknown name suggests the closest known one."""
-    files = _all_files(project)
+    files = profile_files(project)
     if name not in files:
         close = difflib.get_close_matches(name, list(files), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -603,7 +578,7 @@ def _resolve(
         return data
     if depth > 8:
         raise ProfileError(src.error("extends chain is too deep (a cycle?)", key="extends"))
-    files = _all_files(project)
+    files = profile_files(project)
     candidates = [p for p in files.get(base_name, []) if p.resolve() != path.resolve()]
     if base_name == path.stem:  # extending the built-in (or user) profile of the same name
         own = files.get(base_name, [])

@@ -524,7 +524,11 @@ def run_cell(program: str) -> int:
     except BaseException as exc:  # noqa: BLE001 - recorded for the notebook, then exit 1
         if control:
             write_json_atomic(os.path.join(control, "error.json"), _error_record(exc, program))
-        traceback.print_exc()
+        # The job's own traceback on its stderr (its log), without this file's frames.
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        traceback.print_exception(type(exc), exc, tb)
         sys.stderr.flush()
         return 1
     return 0

@@ -31,6 +31,7 @@ from ..store.names import check_job_name
 from ..store.registry import Registry
 from ..transport import Transport, get_transport
 from .audit import audit_cache, audit_host
+from .phases import phase
 from .secrets import drop_leftover_secrets
 from .smoke import run_smoke
 from .stage import gpus_env, push_entries, read_secrets, serialize_inputs, stage
@@ -138,7 +139,7 @@ def prepare(
         resume and prev_spec and prev_spec.durability.get("overridden")
     )
     if not durability.ok and not allow:
-        raise UsageError(refusal_advice(profile, durability))
+        raise UsageError(refusal_advice(profile, durability, project, home))
     if not durability.ok:
         durability = replace(durability, overridden=True)
 
@@ -147,19 +148,25 @@ def prepare(
         smoke_run = smoke_run and smoke
     if smoke_run:
         files = job_files(req, inputs) if reuse is None else {}
-        run_smoke(req, files, pushed, env, secret_values)
+        with phase("smoke run here first (RGT_SMOKE=1; --no-smoke skips it)", "passed"):
+            run_smoke(req, files, pushed, env, secret_values)
 
     attempt = previous["attempt"] + 1 if resume and previous else 1
     job_id = f"{name}-{stamp()}-{secrets.token_hex(2)}"
     workdir = profile.expand(profile.workdir, project, home)
     control = control or f"{workdir}/{job_id}"
     if backend.audits_host:
-        if pushed or not audit_cache(profile, transport, project, ckpt_root).exists():
+        cached = audit_cache(profile, transport, project, ckpt_root).exists()
+        if pushed or not cached:
             transport.put(remote.path("agent.py"), f"{control}/agent.py")  # for the audit, the push
-        report = audit_host(transport, tgt.python, control, profile, project, home, ckpt_root)
+        auditing = phase(f"auditing {transport.host} (once per host: Python, GPU, disks)")
+        with contextlib.nullcontext() if cached else auditing:
+            report = audit_host(transport, tgt.python, control, profile, project, home, ckpt_root)
     else:
         report = {"findings": [], "facts": {"python": None}, "at": time.time()}
-    staged = stage(transport, req, control, tgt.python, f"{workdir}/.objects", pushed, inputs)
+    sending = phase(f"sending the code and {len(pushed)} pushed path(s) to {transport.host}")
+    with sending if pushed else contextlib.nullcontext():
+        staged = stage(transport, req, control, tgt.python, f"{workdir}/.objects", pushed, inputs)
     hash_ = code_hash(staged.deployed)
     fields: dict[str, Any] = {**backend.spec_extra(profile, req), **(extra_spec or {})}
     spec = JobSpec(

@@ -37,6 +37,7 @@ from ..machines.providers import ProviderTimeout, api_base_url, get_provider
 from ..store.fsutil import atomic_write_bytes, sha256_file
 from ..store.registry import Registry
 from ..transport import Transport, get_transport
+from .phases import phase
 from .pull import is_checkpoint, load_checkpoints, remote_listing
 from .secrets import drop_leftover_secrets
 
@@ -81,9 +82,13 @@ class Machine:
     created_at: float | None = None
 
     def label(self) -> str:
-        """How the machine is named to the user."""
+        """How the machine is named to the user, to be read mid-sentence: ``RunPod pod-7 (gpu1)``,
+        ``this machine (vm)``."""
         where = self.host_alias or self.host
-        return f"{self.profile.platform or self.profile.name} {self.platform_id} ({where})"
+        name = self.profile.platform or self.profile.name
+        if self.platform_id == where:
+            return f"{name} ({where})"
+        return f"{name} {self.platform_id} ({where})"
 
 
 @dataclass
@@ -332,24 +337,30 @@ def compute_gate(row: dict[str, Any], project: Path) -> Gate:
     machine = machine_of(row, project)
     runs: dict[str, str] = {}
     checks: list[Check] = []
+    # A machine without a meter (this one, a workstation) stops nothing: its gate is about the
+    # job asked for, not every job that ever ran there.
     jobs = jobs_of(machine, project)
+    if not machine.profile.metered:
+        jobs = [j for j in jobs if j["lineage"] == row["lineage"]] or [row]
     transports: dict[tuple[str, str], Transport] = {}
-    for job in jobs:
-        spec = JobSpec.from_row(job)
-        key = (spec.transport, spec.host_alias or "")
-        try:
-            if key not in transports:
-                transports[key] = get_transport(spec.transport, spec.host_alias, project)
-            checks += _job_checks(
-                job, transports[key], project, runs, metered=machine.profile.metered
-            )
-        except RgtError as exc:
-            checks.append(Check("machine reachable", False, f"{job['id']}: {exc}", job["id"]))
+    with phase(f"checking {len(jobs)} job(s) on {machine.label()} for the teardown gate"):
+        for job in jobs:
+            spec = JobSpec.from_row(job)
+            key = (spec.transport, spec.host_alias or "")
+            try:
+                if key not in transports:
+                    transports[key] = get_transport(spec.transport, spec.host_alias, project)
+                checks += _job_checks(
+                    job, transports[key], project, runs, metered=machine.profile.metered
+                )
+            except RgtError as exc:
+                checks.append(Check("machine reachable", False, f"{job['id']}: {exc}", job["id"]))
     ms = machine.profile.meter_stop
     destroys: list[str] = []
     survives: list[str] = []
     for tier in machine.profile.tiers_in_effect():
-        text = f"{tier.label} ({tier.path})"
+        # ``~``: the home dir on the machine, as a path the user reads.
+        text = f"{tier.label} ({machine.profile.expand(tier.path, project, '~')})"
         (survives if tier.survives(ms.effect) else destroys).append(text)
     return Gate(
         machine=machine,
@@ -537,7 +548,8 @@ def stop_meter(
             message=(
                 f"Now stop the meter yourself: {ms.console or ms.verb}\n"
                 "rgt cannot reach this platform and does not claim the meter stopped. Once you "
-                "did it, confirm with `rgt down JOB --confirm-stopped` (or the button)."
+                f"did it, confirm with `rgt down {_job_ref(gate)} --confirm-stopped` (or the "
+                "button)."
             ),
         )
 
@@ -571,6 +583,11 @@ def stop_meter(
     )
 
 
+def _job_ref(gate: Gate) -> str:
+    """A job of the gate's machine, to name in a command the user is told to type."""
+    return gate.jobs[-1] if gate.jobs else "JOB"
+
+
 def confirm_guided(
     gate: Gate, project: Path, by: str = "cli", typed: str | None = None
 ) -> dict[str, Any]:
@@ -589,7 +606,9 @@ def confirm_guided(
         d for d in registry.decisions(gate.machine.id) if d["decision"] in ("approve", "override")
     ]
     if not approved:
-        raise UsageError("nothing to confirm: approve the teardown first (`rgt down JOB --yes`)")
+        raise UsageError(
+            f"nothing to confirm: approve the teardown first (`rgt down {_job_ref(gate)} --yes`)"
+        )
     registry.set_instance_state(gate.machine.id, "stopped by the user", ended=True)
     return registry.decide(
         gate.machine.id,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -10,6 +12,8 @@ from pathlib import Path
 
 from ..store.fsutil import atomic_write_bytes, fsync_dir
 from .base import ExecResult, FileStat, ReadStream, Transport
+
+_log = logging.getLogger(__name__)
 
 
 class LocalTransport(Transport):
@@ -23,6 +27,7 @@ class LocalTransport(Transport):
     def exec(
         self, argv: list[str], *, stdin: bytes | None = None, timeout: float | None = 60.0
     ) -> ExecResult:
+        _log.debug("%s$ %s", self.host, " ".join(shlex.join(argv).split())[:300])
         proc = subprocess.run(
             argv,
             input=stdin if stdin is not None else b"",

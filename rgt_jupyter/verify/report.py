@@ -21,7 +21,21 @@ from .checks.common import resolve_metric
 from .model import Context, Finding, RunData
 
 _ORDER = {"bug": 0, "finding": 1, "inconclusive": 2, "noise": 3, "effect": 4, "not_checked": 5}
-_COLORS = {"bug": "#cf222e", "finding": "#cf222e", "inconclusive": "#9a6700", "noise": "#666"}
+#: The colour of each verdict: JupyterLab's theme variables, with a fallback for nbconvert,
+#: nbviewer and GitHub. ``not_checked`` and ``noise`` are neutral: neither passed nor failed.
+_COLORS = {
+    "bug": "var(--jp-error-color1, #cf222e)",
+    "finding": "var(--jp-error-color1, #cf222e)",
+    "inconclusive": "var(--jp-warn-color1, #9a6700)",
+    "noise": "var(--jp-ui-font-color2, #6e7781)",
+    "not_checked": "var(--jp-ui-font-color2, #6e7781)",
+    "pass": "var(--jp-success-color1, #1a7f37)",
+    "effect": "var(--jp-success-color1, #1a7f37)",
+}
+#: The report's data for programs: a vendor type, which no frontend ranks above the HTML.
+MIME = "application/vnd.rgt.verify+json"
+#: Run ids named in a row before the rest are counted.
+_SHOWN_RUNS = 3
 
 
 class VerifyReport:
@@ -63,12 +77,32 @@ class VerifyReport:
     def _rows(self) -> list[tuple[str, str, str, int]]:
         """(verdict, check, disclosure, how many runs said it), most serious first; the same
         finding about several runs is one row."""
-        counts: dict[tuple[str, str, str], int] = {}
+        return [(v, c, d, len(n)) for v, c, d, n in self._grouped()]
+
+    def _grouped(self) -> list[tuple[str, str, str, list[str]]]:
+        """(verdict, check, disclosure, the runs it is about), most serious first."""
+        groups: dict[tuple[str, str, str], list[str]] = {}
         for f in self.findings:
-            key = (f.verdict, f.check, f.disclosure)
-            counts[key] = counts.get(key, 0) + 1
-        rows = [(v, c, d, n) for (v, c, d), n in counts.items()]
+            runs = groups.setdefault((f.verdict, f.check, f.disclosure), [])
+            runs.extend(r for r in f.run_ids if r not in runs)
+            if not f.run_ids:
+                runs.append("")
+        rows = [(v, c, d, runs) for (v, c, d), runs in groups.items()]
         return sorted(rows, key=lambda r: _ORDER.get(r[0], 9))
+
+    def _head(self) -> str:
+        """``%verify 4 runs vs 2 baselines: metric acc (max) on test`` (ids are in the table)."""
+        ctx = self.context
+        name, direction, split = resolve_metric(ctx)
+
+        def some(runs: list[Any], word: str) -> str:
+            return str(runs[0].run_id) if len(runs) == 1 else f"{len(runs)} {word}"
+
+        versus = f" vs {some(ctx.baselines, 'baselines')}" if ctx.baselines else ""
+        return (
+            f"%verify {some(ctx.runs, 'runs')}{versus}: metric {name or '?'} "
+            f"({direction or 'direction unknown'}) on {split}"
+        )
 
     def text(self) -> str:
         """The report as plain text, most serious first."""
@@ -88,24 +122,40 @@ class VerifyReport:
             lines.append(f"  findings appended to {self.log}")
         return "\n".join(lines)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+    def html(self) -> str:
+        """The report as an HTML table: verdict (coloured by the theme), check, the runs it is
+        about, what it means; every run id in a folded list below."""
+        e = html.escape
         rows = []
-        for verdict, check, disclosure, n in self._rows():
-            color = _COLORS.get(verdict, "#1a7f37")
-            times = f" (x{n})" if n > 1 else ""
+        for verdict, check, disclosure, runs in self._grouped():
+            color = _COLORS.get(verdict, "inherit")
+            named = [r for r in runs if r]
+            shown = ", ".join(e(r) for r in named[:_SHOWN_RUNS])
+            if len(named) > _SHOWN_RUNS:
+                shown += f" +{len(named) - _SHOWN_RUNS} more"
             rows.append(
-                f"<tr><td style='color:{color};font-weight:bold'>{html.escape(verdict)}</td>"
-                f"<td>{html.escape(check)}</td><td style='text-align:left'>"
-                f"{html.escape(disclosure + times)}</td></tr>"
+                f"<tr><td class='rgt-verdict rgt-{e(verdict)}' style='color:{color};"
+                f"font-weight:bold'>{e(verdict)}</td><td>{e(check)}</td>"
+                f"<td style='text-align:left'><code>{shown or '-'}</code></td>"
+                f"<td style='text-align:left'>{e(disclosure)}</td></tr>"
             )
-        head = html.escape(self.text().splitlines()[0])
-        table = (
-            f"<div class='rgt-verify'><b>{head}</b><table>"
-            "<tr><th>verdict</th><th>check</th><th>what it means</th></tr>"
-            + "".join(rows)
-            + "</table></div>"
+        ctx = self.context
+        ids = [r.run_id for r in ctx.runs] + [r.run_id for r in ctx.baselines]
+        folded = (
+            "<details><summary>runs checked</summary><ul>"
+            + "".join(f"<li><code>{e(r)}</code></li>" for r in ids)
+            + "</ul></details>"
         )
-        return {"text/plain": self.text(), "text/html": table, "application/json": self.to_dict()}
+        log = f"<div>findings appended to <code>{e(str(self.log))}</code></div>" if self.log else ""
+        return (
+            f"<div class='rgt-verify'><b>{e(self._head())}</b><table>"
+            "<tr><th>verdict</th><th>check</th><th>runs</th><th>what it means</th></tr>"
+            + "".join(rows)
+            + f"</table>{folded}{log}</div>"
+        )
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return {"text/plain": self.text(), "text/html": self.html(), MIME: self.to_dict()}
 
     def __repr__(self) -> str:
         return f"<VerifyReport {len(self.findings)} findings, {len(self.problems)} problems>"

@@ -149,6 +149,13 @@ def scheduler_text(snap: Snapshot) -> str:
     return "; ".join(parts)
 
 
+def log_before_traceback(lines: list[str]) -> list[str]:
+    """The log lines before the job's own last traceback (Python's, as printed on stderr):
+    where the mapped traceback is shown, the raw one is not shown again."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    return lines[: starts[-1]] if starts else lines
+
+
 def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> str:
     """A compact plain-text status block."""
     head = f"{snap.job_id} [{snap.display_state}] on {snap.host}"
@@ -174,9 +181,10 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
         lines.append("  machine: " + "; ".join(snap.audit))
     if snap.cost:
         lines.append(f"  cost: {snap.cost}")
-    if snap.log_tail:
+    log = log_before_traceback(snap.log_tail) if traceback_lines else snap.log_tail
+    if log:
         lines.append("  log:")
-        lines.extend("    " + line for line in snap.log_tail)
+        lines.extend("    " + line for line in log)
     if traceback_lines:
         lines.append("  traceback:")
         lines.extend("    " + strip_ansi(line) for line in traceback_lines)
@@ -231,10 +239,9 @@ def snapshot_html(
         rows.append(f"<div style='color:#666'>machine: {e('; '.join(snap.audit))}</div>")
     if snap.cost:
         rows.append(f"<div style='color:#666'>cost: {e(snap.cost)}</div>")
-    if snap.log_tail:
-        rows.append(
-            "<pre style='max-height:14em;overflow:auto'>" + e("\n".join(snap.log_tail)) + "</pre>"
-        )
+    log = log_before_traceback(snap.log_tail) if traceback_lines else snap.log_tail
+    if log:
+        rows.append("<pre style='max-height:14em;overflow:auto'>" + e("\n".join(log)) + "</pre>")
     if traceback_lines:
         rows.append(
             "<pre style='color:#cf222e'>"

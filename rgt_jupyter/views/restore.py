@@ -8,7 +8,9 @@ was reopened or the kernel restarted), and by ``%watch --restore``.
 from __future__ import annotations
 
 import base64
+import html
 import json
+import math
 import posixpath
 from typing import Any, Protocol
 
@@ -36,6 +38,59 @@ _IMAGES = {
     ".jpeg": "image/jpeg",
     ".svg": "image/svg+xml",
 }
+
+
+#: A job's results for programs: a vendor type, which no frontend ranks above the HTML.
+RESULTS_MIME = "application/vnd.rgt.results+json"
+#: Leaves of results.json shown in the table before the rest are counted.
+MAX_LEAVES = 40
+
+
+def _leaves(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """``(dotted.key, value)`` of every scalar or list of numbers, depth first."""
+    if isinstance(value, dict):
+        out: list[tuple[str, Any]] = []
+        for key, item in value.items():
+            out += _leaves(item, f"{prefix}.{key}" if prefix else str(key))
+        return out
+    return [(prefix or "(value)", value)]
+
+
+def _shown(value: Any) -> str:
+    """A leaf in a few words: a number as written, a long list by its size, ends and range."""
+    if isinstance(value, list):
+        numbers = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(value) > 6 and len(numbers) == len(value):
+            finite = [v for v in numbers if math.isfinite(v)] or [math.nan]
+            return (
+                f"{len(value)} values: first {value[0]:.4g}, last {value[-1]:.4g}, "
+                f"min {min(finite):.4g}, max {max(finite):.4g}"
+            )
+        text = json.dumps(value, default=str)
+        return text if len(text) <= 120 else f"{len(value)} items: {text[:100]}…"
+    return json.dumps(value, default=str)
+
+
+def results_bundle(results: Any) -> dict[str, Any]:
+    """``results.json`` as a table of its leaves (long curves summarised), with the data itself
+    under :data:`RESULTS_MIME` for programs."""
+    leaves = _leaves(results)
+    lines = [f"  {key}: {_shown(value)}" for key, value in leaves[:MAX_LEAVES]]
+    more = len(leaves) - MAX_LEAVES
+    if more > 0:
+        lines.append(f"  … {more} more (the whole file is in the run's results.json)")
+    rows = "".join(
+        f"<tr><td style='text-align:left'><code>{html.escape(key)}</code></td>"
+        f"<td style='text-align:left'>{html.escape(_shown(value))}</td></tr>"
+        for key, value in leaves[:MAX_LEAVES]
+    )
+    tail = f"<div>… {more} more</div>" if more > 0 else ""
+    return {
+        "text/plain": "results.json:\n" + "\n".join(lines),
+        "text/html": "<div class='rgt-results'><b>results.json</b><table>"
+        f"{rows}</table>{tail}</div>",
+        RESULTS_MIME: results,
+    }
 
 
 def _figures(job: Job, root: str, depth: int = 2) -> list[str]:
@@ -68,16 +123,7 @@ def restore_bundles(job: Job, log_lines: int = 40) -> list[tuple[dict[str, Any],
     text = job.transport.read_text(f"{spec.out_dir}/results.json")
     if text:
         try:
-            results = json.loads(text)
-            out.append(
-                (
-                    {
-                        "application/json": results,
-                        "text/plain": "results.json: " + json.dumps(results, indent=2)[:4000],
-                    },
-                    {**meta, "application/json": {"expanded": True}},
-                )
-            )
+            out.append((results_bundle(json.loads(text)), meta))
         except ValueError:
             out.append(({"text/plain": "results.json (not valid JSON):\n" + text[:4000]}, meta))
     figures = _figures(job, spec.out_dir)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RgtError
+from ..machines.profiles import Profile
 from ..run.teardown import (
     GATE_MAX_AGE_S,
     Gate,
@@ -51,6 +52,14 @@ def gate_html(gate: Gate) -> str:
     return "".join(parts) + "</div>"
 
 
+def approve_button(profile: Profile) -> tuple[str, str]:
+    """The Approve button's label and style: red only for a verb that cannot be undone, a
+    warning for a reversible stop, plain where there is no meter (nothing is stopped)."""
+    if not profile.metered:
+        return "Record approval", ""
+    return "Approve", "danger" if profile.meter_stop.irreversible else "warning"
+
+
 class TeardownView:
     """The approval widget for the machine a job ran on."""
 
@@ -64,7 +73,16 @@ class TeardownView:
         self.decision: dict[str, Any] | None = None
         self.outcome: Any = None
         self.checklist = w.HTML(gate_html(self.gate))
-        self.approve = w.Button(description="Approve", button_style="danger")
+        ms = self.gate.machine.profile.meter_stop
+        # Red only for what cannot be undone; a reversible stop warns; no meter: nothing stops.
+        style = (
+            "danger" if ms.irreversible else "warning" if self.gate.machine.profile.metered else ""
+        )
+        self.approve = w.Button(
+            description="Approve" if self.gate.machine.profile.metered else "Record approval",
+            button_style=style,
+            tooltip=f"{ms.verb}" + (" (irreversible)" if ms.irreversible else ""),
+        )
         self.approve.add_class("rgt-approve")
         self.typed = w.Text(placeholder=f"type {self.gate.machine.platform_id} to override")
         self.override = w.Button(description="Override")

@@ -333,8 +333,11 @@ def _looks(job: Job, project: Path, watcher: Watcher) -> dict[str, Any]:
     assert seen is not None
     watch = rgt("watch", job.name, cwd=project, check=False)
     jobs = rgt("jobs", cwd=project, check=False)
-    for proc in (watch, jobs):
-        assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, (
+    # `rgt watch` exits 1 for a job that ended other than finished, with or without --wait.
+    shown = watch.stdout.split("[", 1)[-1].split("]", 1)[0]
+    expected = 1 if shown in ("failed", "preempted", "lost") else 0
+    for proc, code in ((watch, expected), (jobs, 0)):
+        assert proc.returncode == code and "Traceback" not in proc.stdout + proc.stderr, (
             proc.stdout + proc.stderr
         )
     row = next(line for line in jobs.stdout.splitlines() if line.startswith(job.id))

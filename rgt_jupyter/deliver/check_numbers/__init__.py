@@ -49,8 +49,10 @@ __all__ = [
     "NumberItem",
     "NumbersReport",
     "ResultsIndex",
+    "add_arguments",
     "check_numbers",
     "main",
+    "run_args",
 ]
 
 
@@ -107,25 +109,23 @@ def check_numbers(
     return NumbersReport(nb_path, sha, checker.items, index.files, checker.warnings)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``rgt check-numbers NOTEBOOK [--json] [--strict] [--project DIR] [--run DIR ...]``."""
-    parser = argparse.ArgumentParser(
-        prog="rgt check-numbers",
-        description="List the numbers of a notebook that were typed rather than generated "
-        "from results.json.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``rgt check-numbers`` (shared by this module's ``main`` and the CLI)."""
     parser.add_argument("notebook", help="the .ipynb file")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--strict", action="store_true", help="exit 1 while a typed or stale number remains"
     )
-    parser.add_argument("--project", help="project whose runs/*/results.json are indexed")
     parser.add_argument(
         "--run", action="append", dest="runs", help="index this run folder instead (repeatable)"
     )
-    args = parser.parse_args(argv)
+
+
+def run_args(args: argparse.Namespace, project: str | os.PathLike[str] | None = None) -> int:
+    """Run ``rgt check-numbers`` from parsed arguments; prints the report, returns the exit
+    code (0, 1 with ``--strict`` while a typed or stale number remains, 2 a load error)."""
     try:
-        report = check_numbers(args.notebook, args.project, args.runs)
+        report = check_numbers(args.notebook, project, args.runs)
     except RgtError as exc:
         print(f"rgt check-numbers: {exc}", file=sys.stderr)
         return 2
@@ -142,3 +142,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.strict and (report.typed or report.stale):
         return 1
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``rgt check-numbers NOTEBOOK [--json] [--strict] [--project DIR] [--run DIR ...]``."""
+    parser = argparse.ArgumentParser(
+        prog="rgt check-numbers",
+        description="List the numbers of a notebook that were typed rather than generated "
+        "from results.json.",
+    )
+    add_arguments(parser)
+    parser.add_argument("--project", help="project whose runs/*/results.json are indexed")
+    args = parser.parse_args(argv)
+    return run_args(args, args.project)

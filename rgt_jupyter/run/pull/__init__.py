@@ -46,6 +46,7 @@ from ...store.locks import held, lock_path
 from ...store.project import runs_dir
 from ...store.registry import Registry
 from ...transport import Transport, get_transport
+from ..phases import phase
 from ..secrets import drop_leftover_secrets
 from .record import build_run_json
 from .resume import partial_dir, settle_interrupted_pull
@@ -542,7 +543,9 @@ def _land(
 
     ckpts = [partial / e["path"] for e in landed if is_checkpoint(e["path"])]
     ckpt_bytes = sum(p.stat().st_size for p in ckpts)
-    loads = load_checkpoints(ckpts, timeout=120 + ckpt_bytes / 20e6)
+    checking = phase(f"checking that {len(ckpts)} checkpoint(s) load (a separate process)")
+    with checking if ckpts else contextlib.nullcontext():
+        loads = load_checkpoints(ckpts, timeout=120 + ckpt_bytes / 20e6)
     load_report = [
         {"path": str(Path(k).relative_to(partial)), **v} for k, v in sorted(loads.items())
     ]

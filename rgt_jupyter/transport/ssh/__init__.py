@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import logging
 import os
 import select
 import shlex
@@ -42,6 +43,8 @@ from ..base import ExecResult, FileStat, ReadStream, Transport
 from . import stream
 from .hosts import HostSpec, RefuseUnknown, fingerprint, resolve, ssh_config_path
 from .liveness import HeardSocket, Liveness, handshake_timeout
+
+_log = logging.getLogger(__name__)
 
 #: Reads of at least this many bytes go over a stream (:mod:`.stream`), smaller ones over SFTP.
 STREAM_MIN_BYTES = 8 << 20
@@ -306,6 +309,7 @@ class SSHTransport(Transport):
         self, argv: list[str], *, stdin: bytes | None = None, timeout: float | None = 60.0
     ) -> ExecResult:
         command = shlex.join(argv)
+        _log.debug("%s$ %s", self.alias, " ".join(command.split())[:300])
         alive: Liveness | None = None
         try:
             transport = self.client().get_transport()
