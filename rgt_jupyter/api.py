@@ -372,7 +372,7 @@ class Run:
             lines.append(f"  MISMATCH {m['path']}: {m['reason']}")
         for r in v.get("checkpoint_loads", []):
             if not r["ok"]:
-                lines.append(f"  DOES NOT LOAD {r['path']}: {r['detail']}")
+                lines.append(f"  DOES NOT LOAD {r['path']}: {r.get('why') or r['detail']}")
         if self.results:
             lines.append("  results: " + json.dumps(self.results, sort_keys=True)[:500])
         return "\n".join(lines)

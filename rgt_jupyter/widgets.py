@@ -17,6 +17,7 @@ and in nbconvert, not the state it had at launch.
 from __future__ import annotations
 
 import html
+import time
 import weakref
 from typing import Any
 
@@ -24,7 +25,15 @@ from .api import Job
 from .errors import RgtError
 from .jobs.snapshot import Snapshot, new_snapshot
 from .run.watch.watcher import Watcher, watcher
-from .views.render import curve_svg, snapshot_html, snapshot_text, state_html
+from .store.registry import Registry
+from .views.render import (
+    age_text,
+    curve_svg,
+    rate_text,
+    snapshot_html,
+    snapshot_text,
+    state_html,
+)
 from .views.teardown_view import TeardownView
 
 
@@ -50,8 +59,30 @@ def _first_snapshot(job: Job, watch: Watcher) -> Snapshot:
     snap.state = str(job._row.get("state") or "queued")
     snap.observed_at = float(job._row.get("updated_at") or snap.observed_at)
     snap.watcher = "waiting for the watcher's first look"
+    try:
+        seen = Registry(job.project).last_seen(job.id)
+    except (RgtError, OSError):  # a damaged registry: the view says what it can
+        seen = None
+    if seen is not None and seen["at"] >= snap.observed_at - 1:
+        # What a watcher (an earlier kernel's, or the server's) last saw, with its age.
+        snap.state = seen["state"] if seen["state"] else snap.state
+        snap.progress = seen["progress"]
+        snap.observed_at = seen["at"]
+        age = max(0.0, time.time() - seen["at"])
+        snap.watcher = f"as last seen {age_text(age)} ago; waiting for the watcher's first look"
     return snap
 
+
+#: The progress bar's colour by state: green at the end, red on failure, amber when it needs
+#: a look; the default (blue) while it runs.
+BAR_STYLES = {
+    "finished": "success",
+    "failed": "danger",
+    "lost": "danger",
+    "running, agent lost": "danger",
+    "preempted": "warning",
+    "stalled": "warning",
+}
 
 #: The views on show, by job id (the newest of each job), for the kernel's own look.
 SHOWN: weakref.WeakValueDictionary[str, StatusView] = weakref.WeakValueDictionary()
@@ -102,6 +133,7 @@ class StatusView:
         self._shown_state = snap.display_state
         self._curve_key: tuple[int, int | None] = (-1, None)
         self._curve = ""
+        self._rate = ""
         self._render(snap)
         self._key = self.watch.subscribe(job, self.update)
 
@@ -118,7 +150,9 @@ class StatusView:
         key = (len(records), id(records[-1]) if records else None)
         if key != self._curve_key:  # drawn again only when new records came
             self._curve_key, self._curve = key, curve_svg(records)
-        self.body.value = snapshot_html(snap, tb, header=False, curve=self._curve)
+        self._rate = rate_text(records, snap)
+        self.bar.bar_style = BAR_STYLES.get(snap.display_state, "")
+        self.body.value = snapshot_html(snap, tb, header=False, curve=self._curve, rate=self._rate)
         if snap.display_state != self._shown_state:
             self.state.value = state_html(snap.display_state)
             self._shown_state = snap.display_state
@@ -155,9 +189,10 @@ class StatusView:
     def bundle(self) -> dict[str, Any]:
         """The display bundle: widget view plus text and HTML fallbacks (of :attr:`saved`)."""
         tb = self.job.traceback() if self.saved.state == "failed" else None
+        rate = rate_text(self.watch.records(self.job.id), self.saved)
         return {
-            "text/plain": snapshot_text(self.saved, tb),
-            "text/html": snapshot_html(self.saved, tb),
+            "text/plain": snapshot_text(self.saved, tb, rate=rate),
+            "text/html": snapshot_html(self.saved, tb, curve=self._curve, rate=rate),
             "application/vnd.jupyter.widget-view+json": {
                 "model_id": self.widget.model_id,
                 "version_major": 2,

@@ -25,7 +25,7 @@ from ..errors import RgtError, TransportError
 from ..run.phases import phases_to
 from ..run.rebuild import rebuild_registry
 from ..views.progress import TransferBar
-from ..views.render import progress_text, snapshot_text
+from ..views.render import age_text, progress_text, rate_text, snapshot_text
 from .output import dump, for_stream, run_dict, snapshot_dict, state_word
 
 _JSON_HELP = "print what is shown as one JSON object"
@@ -185,10 +185,11 @@ def _watch(args: argparse.Namespace, project: Path) -> int:
             return code
     snap = job.snapshot()
     tb = job.traceback() if snap.state == "failed" else None
+    rate = rate_text(job.progress_records(), snap)
     if args.json:
-        dump(snapshot_dict(snap, tb))
+        dump({**snapshot_dict(snap, tb), "rate": rate or None})
     else:
-        print(for_stream(snapshot_text(snap, tb)))
+        print(for_stream(snapshot_text(snap, tb, rate=rate)))
     return _exit_code(snap)
 
 
@@ -348,15 +349,7 @@ def _away(away: dict[tuple[str, str], str]) -> dict[str, str]:
 
 
 def _unobserved(row: dict[str, Any]) -> str:
-    return f"{row['state']}? (not observed; recorded {_age(row['recorded_age_s'])} ago)"
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    return f"{row['state']}? (not observed; recorded {age_text(row['recorded_age_s'])} ago)"
 
 
 def _trust_host(alias: str, project: Path) -> int:

@@ -8,6 +8,7 @@ JSON object: ``{path: {"ok": bool, "detail": str}}``. The caller runs this under
 from __future__ import annotations
 
 import json
+import re
 import struct
 import sys
 from pathlib import Path
@@ -41,6 +42,48 @@ def _torch(path: Path) -> str:
     return type(obj).__name__
 
 
+_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+
+
+def explain(detail: str) -> str:
+    """Why a checkpoint did not load, in one line, with what to do (the loader's own words stay
+    in ``detail``): a type ``weights_only`` refuses, a file cut short, a format not recognised."""
+    found = _GLOBAL.search(detail)
+    if found:
+        name = found.group(1)
+        if name.startswith(("numpy.", "numpy")):
+            return (
+                "it holds numpy objects, which a safe load does not run: save tensors or plain "
+                "numbers instead (torch.from_numpy(a), a.tolist())"
+            )
+        if name == "argparse.Namespace":
+            return (
+                "it holds an argparse.Namespace, which a safe load does not run: save vars(args), "
+                "a plain dict"
+            )
+        if name.startswith("__main__."):
+            return (
+                f"it holds a whole {name.split('.', 1)[1]} object (a class of the job's own "
+                "code), which a safe load does not run: save model.state_dict() instead"
+            )
+        return (
+            f"it holds a {name} object, which a safe load does not run: save plain dicts of "
+            "tensors and numbers (state_dict())"
+        )
+    lowered = detail.lower()
+    if any(
+        word in lowered
+        for word in ("central directory", "unexpected eof", "ran out of input", "truncated")
+    ):
+        return (
+            "the file is cut short (a save that did not finish): trust the checkpoint before it, "
+            "and save to a temporary name then rename (job.save_checkpoint does)"
+        )
+    if "invalid load key" in lowered or "not a zip" in lowered:
+        return "it is not a torch checkpoint (or it is damaged): check what wrote it"
+    return "it did not load safely: " + detail.split("\n", 1)[0][:200]
+
+
 def check(path: Path) -> dict[str, Any]:
     """Try to load one checkpoint; never raises."""
     try:
@@ -52,7 +95,8 @@ def check(path: Path) -> dict[str, Any]:
             detail = _torch(path)
         return {"ok": True, "detail": detail}
     except Exception as exc:  # noqa: BLE001 - the result is the report
-        return {"ok": False, "detail": f"{type(exc).__name__}: {exc}"[:500]}
+        detail = f"{type(exc).__name__}: {exc}"
+        return {"ok": False, "detail": detail[:500], "why": explain(detail)}
 
 
 def main(argv: list[str]) -> int:

@@ -99,6 +99,12 @@ CREATE TABLE IF NOT EXISTS log_offsets (
     at REAL NOT NULL,
     PRIMARY KEY (job_id, consumer)
 );
+CREATE TABLE IF NOT EXISTS last_seen (
+    job_id TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    state TEXT NOT NULL,
+    progress TEXT
+);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
     job_id TEXT NOT NULL,
@@ -305,6 +311,32 @@ class Registry:
         return [dict(r) for r in rows]
 
     # -- watchers: their liveness, and how far each consumer has shown a job's log
+
+    def remember(self, seen: list[tuple[str, float, str, dict[str, Any] | None]]) -> None:
+        """Keep what a watcher last saw of jobs (id, when, state, newest progress record), so a
+        new kernel's first view shows it, with its age, before its own first look."""
+        if not seen:
+            return
+        with self._connect(sync="NORMAL") as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO last_seen VALUES (?,?,?,?)",
+                [
+                    (job_id, at, state, json.dumps(progress, default=str) if progress else None)
+                    for job_id, at, state, progress in seen
+                ],
+            )
+
+    def last_seen(self, job_id: str) -> dict[str, Any] | None:
+        """What a watcher last saw of the job: ``{"at", "state", "progress"}``, or None."""
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM last_seen WHERE job_id=?", (job_id,)).fetchone()
+        if row is None:
+            return None
+        try:
+            progress = json.loads(row["progress"]) if row["progress"] else None
+        except ValueError:
+            progress = None
+        return {"at": row["at"], "state": row["state"], "progress": progress}
 
     def watcher_tick(
         self,

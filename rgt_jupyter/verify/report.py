@@ -135,7 +135,8 @@ class VerifyReport:
                 shown += f" +{len(named) - _SHOWN_RUNS} more"
             rows.append(
                 f"<tr><td class='rgt-verdict rgt-{e(verdict)}' style='color:{color};"
-                f"font-weight:bold'>{e(verdict)}</td><td>{e(check)}</td>"
+                f"font-weight:bold;text-align:left'>{e(verdict)}</td>"
+                f"<td style='text-align:left'>{e(check)}</td>"
                 f"<td style='text-align:left'><code>{shown or '-'}</code></td>"
                 f"<td style='text-align:left'>{e(disclosure)}</td></tr>"
             )
@@ -147,9 +148,12 @@ class VerifyReport:
             + "</ul></details>"
         )
         log = f"<div>findings appended to <code>{e(str(self.log))}</code></div>" if self.log else ""
+        heads = "".join(
+            f"<th style='text-align:left'>{h}</th>"
+            for h in ("verdict", "check", "runs", "what it means")
+        )
         return (
-            f"<div class='rgt-verify'><b>{e(self._head())}</b><table>"
-            "<tr><th>verdict</th><th>check</th><th>runs</th><th>what it means</th></tr>"
+            f"<div class='rgt-verify'><b>{e(self._head())}</b><table><tr>{heads}</tr>"
             + "".join(rows)
             + f"</table>{folded}{log}</div>"
         )

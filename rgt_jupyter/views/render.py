@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import html
 import math
 from typing import Any
@@ -9,15 +10,23 @@ from typing import Any
 from ..jobs.records import clean_text, finite, short_text
 from ..jobs.snapshot import Snapshot
 
+#: State colours: JupyterLab's theme variables (light and dark), with fallbacks for nbconvert,
+#: nbviewer and GitHub.
 _COLORS = {
-    "queued": "#888",
-    "running": "#1f6feb",
-    "finished": "#1a7f37",
-    "failed": "#cf222e",
-    "preempted": "#9a6700",
-    "lost": "#cf222e",
-    "stalled": "#9a6700",
+    "queued": "var(--jp-ui-font-color2, #6e7781)",
+    "running": "var(--jp-brand-color1, #1f6feb)",
+    "finished": "var(--jp-success-color1, #1a7f37)",
+    "failed": "var(--jp-error-color1, #cf222e)",
+    "preempted": "var(--jp-warn-color1, #9a6700)",
+    "lost": "var(--jp-error-color1, #cf222e)",
+    "stalled": "var(--jp-warn-color1, #9a6700)",
+    "running, agent lost": "var(--jp-error-color1, #cf222e)",
 }
+_MUTED = "var(--jp-ui-font-color2, #6e7781)"
+_BORDER = "var(--jp-border-color2, #d0d7de)"
+_LINE = "var(--jp-brand-color1, #1f6feb)"
+#: Progress records the rate is measured over (the newest ones).
+RATE_WINDOW = 20
 
 
 def _dur(seconds: float | None) -> str:
@@ -60,6 +69,27 @@ def progress_text(progress: dict[str, Any] | None) -> str:
         else:
             metrics.append(f"{short_text(k, 30)}={short_text(v, 40)}")
     return "  ".join([text, *metrics[:MAX_METRICS]])
+
+
+def rate_text(records: list[dict[str, Any]], snap: Snapshot) -> str:
+    """``12.3 steps/s · ETA 4:10`` (``2.1 s/step`` when slower than one a second) from the
+    newest progress records' steps and times; after the end ``took 1:23``; empty when unknown."""
+    if snap.terminal:
+        return f"took {_dur(snap.elapsed)}" if snap.elapsed is not None else ""
+    recent = [(finite(r.get("t")), finite(r.get("step"))) for r in records[-RATE_WINDOW:] if r]
+    points = [(t, step) for t, step in recent if t is not None and step is not None]
+    if len(points) < 2:
+        return ""
+    (t0, s0), (t1, s1) = points[0], points[-1]
+    if t1 <= t0 or s1 <= s0:
+        return ""
+    rate = (s1 - s0) / (t1 - t0)
+    speed = f"{rate:.3g} steps/s" if rate >= 1 else f"{1 / rate:.3g} s/step"
+    total = finite((snap.progress or {}).get("total"))
+    step = finite((snap.progress or {}).get("step"))
+    if total and step is not None and total > step:
+        return f"{speed} · ETA {_dur((total - step) / rate)}"
+    return speed
 
 
 def resources_text(res: dict[str, Any] | None) -> str:
@@ -113,8 +143,11 @@ def curve_series(records: list[dict[str, Any]]) -> tuple[str, list[tuple[float, 
     return (key, points) if len(points) >= 2 else None
 
 
-def curve_svg(records: list[dict[str, Any]], width: int = 320, height: int = 90) -> str:
-    """A small inline SVG line chart of the job's loss (or first metric) against its step."""
+def curve_svg(records: list[dict[str, Any]], width: int = 320, height: int = 96) -> str:
+    """A small line chart of the job's loss (or first metric) against its step, with its axes'
+    ranges: an SVG picture in an ``<img>`` (so a sanitised view, an untrusted notebook's, shows
+    it too), drawn in colours that read on light and dark themes, under a caption with the last
+    value."""
     series = curve_series(records)
     if series is None:
         return ""
@@ -125,19 +158,37 @@ def curve_svg(records: list[dict[str, Any]], width: int = 320, height: int = 90)
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
     dx, dy = (x1 - x0) or 1.0, (y1 - y0) or 1.0
-    pad = 4
+    left, right, top, bottom = 44, 6, 6, 16  # room for the axes' labels
+    plot_w, plot_h = width - left - right, height - top - bottom
     coords = " ".join(
-        f"{pad + (x - x0) / dx * (width - 2 * pad):.1f},"
-        f"{height - pad - (y - y0) / dy * (height - 2 * pad):.1f}"
+        f"{left + (x - x0) / dx * plot_w:.1f},{top + plot_h - (y - y0) / dy * plot_h:.1f}"
         for x, y in points
     )
     e = html.escape
+
+    def text(x: float, y: float, value: str, anchor: str = "start") -> str:
+        return (
+            f"<text x='{x:.0f}' y='{y:.0f}' text-anchor='{anchor}' fill='#8c959f' "
+            f"font-size='9' font-family='sans-serif'>{e(value)}</text>"
+        )
+
+    svg = (
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        f"viewBox='0 0 {width} {height}'>"
+        f"<polyline fill='none' stroke='#8c959f' points='{left},{top} {left},{top + plot_h} "
+        f"{left + plot_w},{top + plot_h}'/>"
+        + text(left - 3, top + 8, f"{y1:.3g}", "end")
+        + text(left - 3, top + plot_h, f"{y0:.3g}", "end")
+        + text(left, height - 3, f"step {_count(x0)}")
+        + text(left + plot_w, height - 3, f"{_count(x1)}", "end")
+        + f"<polyline fill='none' stroke='#4493f8' stroke-width='1.5' points='{coords}'/></svg>"
+    )
+    data = base64.b64encode(svg.encode()).decode("ascii")
     return (
-        f"<div class='rgt-curve'><div style='color:#666'>{e(key)}: {ys[-1]:.4g} "
+        f"<div class='rgt-curve'><div style='color:{_MUTED}'>{e(key)}: {ys[-1]:.4g} "
         f"(min {y0:.4g}, max {y1:.4g})</div>"
-        f"<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' "
-        "style='border:1px solid #ddd'>"
-        f"<polyline fill='none' stroke='#1f6feb' stroke-width='1.5' points='{coords}'/></svg></div>"
+        f"<img alt='{e(key)} against step' width='{width}' height='{height}' "
+        f"src='data:image/svg+xml;base64,{data}'/></div>"
     )
 
 
@@ -156,18 +207,26 @@ def log_before_traceback(lines: list[str]) -> list[str]:
     return lines[: starts[-1]] if starts else lines
 
 
-def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> str:
-    """A compact plain-text status block."""
+def _heartbeat(snap: Snapshot) -> str:
+    """The heartbeat's age while the job runs; nothing after the end (its clock is stopped)."""
+    if snap.terminal:
+        return ""
+    age = "-" if snap.heartbeat_age is None else f"{snap.heartbeat_age:.1f}s ago"
+    return f"heartbeat: {age}" + (" (stale)" if snap.heartbeat_stale else "")
+
+
+def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None, rate: str = "") -> str:
+    """A compact plain-text status block (``rate``: :func:`rate_text`)."""
     head = f"{snap.job_id} [{snap.display_state}] on {snap.host}"
     if snap.resume_attempt > 1:
         head += f" (attempt {snap.resume_attempt})"
+    clocks = [f"elapsed: {_dur(snap.elapsed)}", _heartbeat(snap)]
+    if snap.exit_code is not None:
+        clocks.append(f"exit: {snap.exit_code}")
     lines = [
         head,
-        f"  progress: {progress_text(snap.progress)}",
-        f"  elapsed: {_dur(snap.elapsed)}   heartbeat: "
-        + ("-" if snap.heartbeat_age is None else f"{snap.heartbeat_age:.1f}s ago")
-        + (" (stale)" if snap.heartbeat_stale else "")
-        + ("" if snap.exit_code is None else f"   exit: {snap.exit_code}"),
+        f"  progress: {progress_text(snap.progress)}" + (f"   {rate}" if rate else ""),
+        "  " + "   ".join(c for c in clocks if c),
     ]
     if snap.scheduler or snap.restarts:
         lines.append(f"  scheduler: {scheduler_text(snap)}")
@@ -192,8 +251,8 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None) -> s
 
 
 def state_html(state: str) -> str:
-    """The state word, coloured."""
-    color = _COLORS.get(state, "#888")
+    """The state word, coloured by the theme."""
+    color = _COLORS.get(state, _MUTED)
     return f"<span style='color:{color};font-weight:bold'>{html.escape(state)}</span>"
 
 
@@ -202,19 +261,23 @@ def snapshot_html(
     traceback_lines: list[str] | None = None,
     header: bool = True,
     curve: str = "",
+    rate: str = "",
 ) -> str:
-    """The same status block as HTML (all job text escaped); ``header=False`` leaves out the
-    first line and the progress bar (the live view shows them as widgets); ``curve`` is the loss
-    curve's HTML (:func:`curve_svg`)."""
+    """The same status block as HTML (all job text escaped), compact: state, progress with rate
+    and ETA, the curve, the diagnosis and the newest log lines (scrolled to the end); where it
+    runs, the watcher, resources and cost folded under "details". ``header=False`` leaves out
+    the first line and the progress bar (the live view shows them as widgets); ``curve`` is the
+    loss curve's HTML (:func:`curve_svg`); ``rate``: :func:`rate_text`."""
     e = html.escape
+    clocks = [f"elapsed {_dur(snap.elapsed)}", _heartbeat(snap).replace("heartbeat:", "heartbeat")]
+    if snap.exit_code is not None:
+        clocks.append(f"exit {snap.exit_code}")
     rows = [
         f"<b>{e(snap.job_id)}</b> {state_html(snap.display_state)} on {e(snap.host)}",
-        f"<div>{e(progress_text(snap.progress))}</div>",
-        f"<div>elapsed {_dur(snap.elapsed)} · heartbeat "
-        + ("-" if snap.heartbeat_age is None else f"{snap.heartbeat_age:.1f}s ago")
-        + (" (stale)" if snap.heartbeat_stale else "")
-        + ("" if snap.exit_code is None else f" · exit {snap.exit_code}")
+        f"<div>{e(progress_text(snap.progress))}"
+        + (f" <span style='color:{_MUTED}'>{e(rate)}</span>" if rate else "")
         + "</div>",
+        f"<div style='color:{_MUTED}'>" + " · ".join(c for c in clocks if c) + "</div>",
     ]
     if not header:
         rows = rows[1:]
@@ -225,28 +288,43 @@ def snapshot_html(
             f"<progress value='{min(max(step, 0.0), total):g}' max='{total:g}' "
             "style='width:100%'></progress>"
         )
-    if snap.scheduler or snap.restarts:
-        rows.append(f"<div style='color:#666'>scheduler: {e(scheduler_text(snap))}</div>")
     if curve:
         rows.append(curve)
-    if resources_text(snap.resources):
-        rows.append(f"<div class='rgt-resources'>{e(resources_text(snap.resources))}</div>")
     if snap.diagnosis:
         rows.append(f"<div class='rgt-diagnosis'><i>{e(clean_text(snap.diagnosis))}</i></div>")
-    if snap.watcher:
-        rows.append(f"<div style='color:#666'>{e(snap.watcher)}</div>")
-    if snap.audit:
-        rows.append(f"<div style='color:#666'>machine: {e('; '.join(snap.audit))}</div>")
-    if snap.cost:
-        rows.append(f"<div style='color:#666'>cost: {e(snap.cost)}</div>")
     log = log_before_traceback(snap.log_tail) if traceback_lines else snap.log_tail
     if log:
-        rows.append("<pre style='max-height:14em;overflow:auto'>" + e("\n".join(log)) + "</pre>")
+        # A column-reverse box starts scrolled to its end: the newest line is the one in view.
+        rows.append(
+            "<div class='rgt-log' style='max-height:9em;overflow:auto;display:flex;"
+            f"flex-direction:column-reverse;border:1px solid {_BORDER}'>"
+            f"<pre style='margin:0'>{e(chr(10).join(log))}</pre></div>"
+        )
     if traceback_lines:
         rows.append(
-            "<pre style='color:#cf222e'>"
+            f"<pre style='color:{_COLORS['failed']}'>"
             + e("\n".join(strip_ansi(t) for t in traceback_lines))
             + "</pre>"
+        )
+    details = []
+    if snap.scheduler or snap.restarts:
+        details.append(f"scheduler: {scheduler_text(snap)}")
+    used = resources_text(snap.resources)
+    if "OOM risk" in used:  # a warning stays in view
+        rows.append(f"<div class='rgt-resources'>{e(used)}</div>")
+    elif used:
+        details.append(used)
+    if snap.cost:  # what the machine costs stays in view
+        rows.append(f"<div class='rgt-cost'>cost: {e(snap.cost)}</div>")
+    if snap.watcher:
+        details.append(snap.watcher)
+    if snap.audit:
+        details.append("machine: " + "; ".join(snap.audit))
+    if details:
+        rows.append(
+            f"<details style='color:{_MUTED}'><summary>details</summary>"
+            + "".join(f"<div>{e(d)}</div>" for d in details)
+            + "</details>"
         )
     return "<div class='rgt-job'>" + "".join(rows) + "</div>"
 
@@ -257,8 +335,10 @@ def strip_ansi(text: str) -> str:
     return "\n".join(clean_text(line) for line in text.split("\n"))
 
 
-def transfer_text(done: int, total: int, path: str, elapsed: float) -> str:
-    """``pulling 12.0 MB / 30.0 MB (40%) at 55.1 MB/s: outputs/x.pt``."""
-    pct = 100 * done / total if total else 100
-    rate = done / elapsed / 1e6 if elapsed > 0 else 0.0
-    return f"pulling {done / 1e6:.1f} MB / {total / 1e6:.1f} MB ({pct:.0f}%) at {rate:.1f} MB/s: {path}"
+def age_text(seconds: float) -> str:
+    """How old something is: ``42 s``, ``17 min``, ``3.5 h``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

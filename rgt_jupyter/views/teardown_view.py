@@ -29,14 +29,16 @@ from ..run.teardown import (
 def gate_html(gate: Gate) -> str:
     """The checklist as HTML."""
     ms = gate.machine.profile.meter_stop
-    color = "#1a7f37" if gate.passed else "#cf222e"
+    color = (
+        "var(--jp-success-color1, #1a7f37)" if gate.passed else "var(--jp-error-color1, #cf222e)"
+    )
     rows = "".join(
         f"<li>{'&#9745;' if c.ok else '&#9744;'} <b>{html.escape(c.name)}</b>: "
         f"{html.escape(c.detail)}</li>"
         for c in gate.checks
     )
     parts = [
-        f"<div><b>Teardown of {html.escape(gate.machine.label())}</b>: "
+        f"<div class='rgt-gate'><b>Teardown of {html.escape(gate.machine.label())}</b>: "
         f"<span style='color:{color}'>{'passes' if gate.passed else 'refused'}</span>",
         f"<ul style='list-style:none;padding-left:0'>{rows}</ul>",
         f"<div>Meter-stop verb: <b>{html.escape(ms.verb)}</b>"

@@ -43,7 +43,7 @@ from .evidence import Evidence
 #: Control characters (tab and newline aside) and the escape that starts terminal sequences.
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 #: The tags the views write themselves; any other tag in their HTML came from a job.
-OWN_TAGS = {"div", "b", "span", "pre", "i", "progress", "svg", "polyline"}
+OWN_TAGS = {"div", "b", "span", "pre", "i", "progress", "img", "details", "summary"}
 
 
 class _Tags(HTMLParser):

@@ -546,10 +546,16 @@ class Watcher:
         """Write this watcher's tick into each followed project's registry."""
         self._stamped = time.time()
         projects: dict[Path, list[str]] = {}
+        seen: dict[Path, list[tuple[str, float, str, dict[str, Any] | None]]] = {}
         for f in list(self._followed.values()):
             projects.setdefault(f.job.project, []).append(f.job.id)
+            if f.snap is not None:
+                seen.setdefault(f.job.project, []).append(
+                    (f.job.id, f.snap.observed_at, f.snap.state, f.snap.progress)
+                )
         for project, jobs in projects.items():
             try:
+                Registry(project).remember(seen.get(project, []))
                 Registry(project).watcher_tick(
                     self.id,
                     self.kind,
