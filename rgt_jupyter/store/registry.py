@@ -20,7 +20,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -312,20 +312,6 @@ class Registry:
 
     # -- watchers: their liveness, and how far each consumer has shown a job's log
 
-    def remember(self, seen: list[tuple[str, float, str, dict[str, Any] | None]]) -> None:
-        """Keep what a watcher last saw of jobs (id, when, state, newest progress record), so a
-        new kernel's first view shows it, with its age, before its own first look."""
-        if not seen:
-            return
-        with self._connect(sync="NORMAL") as db:
-            db.executemany(
-                "INSERT OR REPLACE INTO last_seen VALUES (?,?,?,?)",
-                [
-                    (job_id, at, state, json.dumps(progress, default=str) if progress else None)
-                    for job_id, at, state, progress in seen
-                ],
-            )
-
     def last_seen(self, job_id: str) -> dict[str, Any] | None:
         """What a watcher last saw of the job: ``{"at", "state", "progress"}``, or None."""
         with self._connect() as db:
@@ -348,9 +334,19 @@ class Registry:
         interval: float,
         jobs: list[str],
         stopped: str | None = None,
+        seen: Sequence[tuple[str, float, str, dict[str, Any] | None]] = (),
     ) -> None:
-        """Stamp a watcher's tick (``stopped``: why it stopped, when it did)."""
+        """Stamp a watcher's tick (``stopped``: why it stopped, when it did), and keep what it
+        last saw of its jobs (``seen``: id, when, state, newest progress record), so a new
+        kernel's first view shows that, with its age, before its own first look."""
         with self._connect(sync="NORMAL") as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO last_seen VALUES (?,?,?,?)",
+                [
+                    (job_id, at, state, json.dumps(progress, default=str) if progress else None)
+                    for job_id, at, state, progress in seen
+                ],
+            )
             db.execute(
                 "INSERT OR REPLACE INTO watchers VALUES (?,?,?,?,?,?,?,?,?)",
                 (

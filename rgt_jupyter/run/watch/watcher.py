@@ -555,7 +555,6 @@ class Watcher:
                 )
         for project, jobs in projects.items():
             try:
-                Registry(project).remember(seen.get(project, []))
                 Registry(project).watcher_tick(
                     self.id,
                     self.kind,
@@ -565,6 +564,7 @@ class Watcher:
                     self.interval,
                     jobs,
                     stopped,
+                    seen.get(project, []),
                 )
             except Exception:  # noqa: BLE001 - a locked registry must not stop the watch
                 log.warning("could not stamp the watcher's tick in %s", project, exc_info=True)
