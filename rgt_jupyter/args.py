@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -356,3 +357,46 @@ def completions(
     positional = next((a for a in parser._actions if not a.option_strings), None)
     source = values.get(positional.dest) if positional is not None else None
     return sorted(v for v in source() if v.startswith(symbol)) if source else []
+
+
+NEW_ARG: Spec = (
+    ("--new",),
+    {
+        "action": "store_true",
+        "help": "launch even when this cell's job (same notebook, cell and text) is still running "
+        "or has finished (by default the cell re-binds to it, or shows its output again)",
+    },
+)
+#: The parser of ``%%remote_run``'s line.
+RUN_MAGIC = magic_parser(
+    "%%remote_run",
+    "Run the cell as a detached, checkpoint-durable job; returns a Job at once.",
+    [*RUN_ARGS, INPUTS_ARG, NEW_ARG],
+)
+
+
+def cell_digest(args: argparse.Namespace, cell: str) -> str:
+    """What identifies a ``%%remote_run`` cell's launch: its options (``--new`` aside) and body
+    (as IPython passes it: the text after the magic's line, ending in a newline)."""
+    options = {k: v for k, v in sorted(vars(args).items()) if k != "new"}
+    return hashlib.sha256(f"{options!r}\n{cell}".encode()).hexdigest()
+
+
+def saved_cell_digest(source: str) -> str | None:
+    """:func:`cell_digest` of a saved notebook cell's source, when it is a ``%%remote_run``
+    cell whose line parses (None otherwise): what finds a job's cell in a notebook file when the
+    frontend that ran it sent no cell id."""
+    text = source.lstrip("\n")
+    if not text.startswith("%%remote_run"):
+        return None
+    first, _, body = text.partition("\n")
+    line = first[len("%%remote_run") :]
+    if line and not line[0].isspace():
+        return None  # another magic whose name starts the same
+    if body and not body.endswith("\n"):
+        body += "\n"  # IPython ends every cell with a newline before passing the body
+    try:
+        args = parse_line(RUN_MAGIC, line)
+    except (UsageError, SystemExit):
+        return None
+    return None if args is None else cell_digest(args, body)

@@ -5,7 +5,6 @@ Settings are traitlets: ``%config RgtMagics.default_profile = "local"`` or ``ipy
 
 from __future__ import annotations
 
-import hashlib
 import os
 import queue
 import sys
@@ -22,22 +21,22 @@ from IPython.core.completer import (
 from IPython.core.error import UsageError as IPyUsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.display import display
-from traitlets import Bool, Int, Unicode
+from traitlets import Bool, Enum, Int, Unicode, observe
 
 from .api import Job, JobGroup, Run, RunGroup, find, jobs, submit
 from .args import (
-    INPUTS_ARG,
     JOB_ARG,
     PULL_ARGS,
-    RUN_ARGS,
     VERIFY_ARGS,
     WATCH_ARGS,
     MagicParser,
     Spec,
+    cell_digest,
     completions,
     magic_parser,
     run_options,
 )
+from .args import RUN_MAGIC as _RUN
 from .args import parse_line as _parse_line
 from .errors import RemoteTraceback, RgtError, TransportError
 from .jobs.snapshot import TERMINAL, Snapshot, new_snapshot
@@ -47,29 +46,16 @@ from .run.teardown import compute_gate
 from .run.watch.watcher import watcher
 from .store.project import project_dir
 from .views.progress import TransferBar
-from .views.render import log_before_traceback, snapshot_html, snapshot_text
+from .views.render import LOOKS, log_before_traceback, snapshot_html, snapshot_text
 from .views.restore import restore_bundles
 from .views.teardown_view import TeardownText, TeardownView
 
-_NEW_ARG: Spec = (
-    ("--new",),
-    {
-        "action": "store_true",
-        "help": "launch even when this cell's job (same notebook, cell and text) is still running "
-        "or has finished (by default the cell re-binds to it, or shows its output again)",
-    },
-)
 _RESTORE_ARG: Spec = (
     ("--restore",),
     {
         "action": "store_true",
         "help": "show the job's saved output again (log tail, results.json, figures in $RGT_OUT)",
     },
-)
-_RUN = magic_parser(
-    "%%remote_run",
-    "Run the cell as a detached, checkpoint-durable job; returns a Job at once.",
-    [*RUN_ARGS, INPUTS_ARG, _NEW_ARG],
 )
 _WATCH = magic_parser(
     "%watch",
@@ -128,12 +114,6 @@ def cell_id(shell: Any) -> str | None:
     return str(found) if found else None
 
 
-def _digest(args: Any, cell: str) -> str:
-    """What identifies a ``%%remote_run`` cell's launch: its options (``--new`` aside) and body."""
-    options = {k: v for k, v in sorted(vars(args).items()) if k != "new"}
-    return hashlib.sha256(f"{options!r}\n{cell}".encode()).hexdigest()
-
-
 def _usage(exc: RgtError) -> Exception:
     """Our errors become IPython UsageErrors (a message, no traceback), except remote ones."""
     if isinstance(exc, RemoteTraceback):
@@ -165,10 +145,24 @@ class RgtMagics(Magics):
     log_lines = Int(
         40, help="Lines of a finished job's log shown again when its cell is re-run."
     ).tag(config=True)
+    job_view = Enum(
+        LOOKS,
+        default_value="compact",
+        help="How much a job's live view shows: 'minimal' (state, bar, rate; failures still "
+        "in full), 'compact' (also the loss curve and the newest log lines, details folded) or "
+        "'full' (a taller log, details unfolded).",
+    ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self.last_job: str | None = None
+        self._job_view_changed({"new": self.job_view})
+
+    @observe("job_view")
+    def _job_view_changed(self, change: dict[str, Any]) -> None:
+        from .widgets import set_look  # deferred: the views' module, where the magics load
+
+        set_look(str(change["new"]))
 
     def _find(self, ref: str | None, magic: str = "%watch", why: str = "") -> Job | JobGroup:
         """The job or seed group ``ref`` names; with none, the last one used here, else the
@@ -222,7 +216,7 @@ class RgtMagics(Magics):
             where = {
                 "notebook": notebook_path(self.shell),
                 "cell_id": cell_id(self.shell),
-                "cell_digest": _digest(args, cell),
+                "cell_digest": cell_digest(args, cell),
             }
             if not args.new and not args.seeds:
                 prior = self._rebind(where)

@@ -16,9 +16,16 @@ resource ``rgt``; GET only, observing nothing and changing nothing):
 ``GET rgt/api/jobs/<id or name>``
     ``{"project": str, "watcher": {...}, "job": {..., "history": [...]}}``; 404 with a JSON
     ``message`` for an unknown job.
+``GET rgt/api/number?ref=<ref>&fmt=<fmt>``
+    What the markdown placeholder ``{{rgt:<ref>|<fmt>}}`` shows (``fmt`` optional):
+    ``{"ref": str, "text": str, "source": {...}}`` (the run, ``results.json`` and its sha256,
+    the key); 404 with a JSON ``message`` that says what to do when it does not resolve. The
+    JupyterLab extension renders placeholders with it while the author writes.
 
 A job object has the registry columns (``id``, ``name``, ``profile``, ``host``,
-``registry_state``, ``created_at``, ``updated_at``), ``state`` and ``display_state`` (from the
+``registry_state``, ``created_at``, ``updated_at``), the launching ``notebook`` (relative to
+the server's root when it lies under it) and ``cell_id`` (null when not launched from a cell),
+``state`` and ``display_state`` (from the
 newest observation when there is one, else the registry's state), ``observed`` (whether this
 server observed the job), the observation's fields (:data:`SNAPSHOT_FIELDS`, null when not
 observed) and ``watcher_note`` (who watches an unfinished job and whether that watcher still
@@ -50,7 +57,9 @@ from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
 from .api import Job
-from .errors import JobNotFound
+from .args import saved_cell_digest
+from .deliver.numbers import num
+from .errors import JobNotFound, RgtError
 from .jobs.snapshot import TERMINAL, Snapshot
 from .run.watch.watcher import Watcher, watcher_note
 from .store.project import project_dir
@@ -106,8 +115,11 @@ class ServerWatch:
         watcher: Watcher | None = None,
         scan_interval: float = SCAN_INTERVAL_S,
         loop: Any = None,
+        root: Path | None = None,
     ) -> None:
         self.project = project
+        #: The server's root dir: notebook paths are shown relative to it.
+        self.root = root
         self.watcher = watcher if watcher is not None else Watcher(kind="server")
         self.scan_interval = scan_interval
         self.last_scan: float | None = None
@@ -118,6 +130,8 @@ class ServerWatch:
         self._followed: set[str] = set()
         self._last: dict[str, Snapshot] = {}
         self._refused: dict[str, str] = {}
+        #: Launch digests of the saved cells of each notebook, by (path, mtime, size).
+        self._cells: dict[tuple[str, int, int], dict[str, str]] = {}
         self._halt = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -282,6 +296,7 @@ class ServerWatch:
             "registry_state": row["state"],
             "created_at": row["created_at"],
             "updated_at": row["updated_at"],
+            **self._launched_from(row),
             "observed": snap is not None,
         }
         fields = dataclasses.asdict(snap) if snap is not None else {}
@@ -296,6 +311,56 @@ class ServerWatch:
         if row["id"] in self._refused:
             out["watcher_note"] = f"not followed by the server: {self._refused[row['id']]}"
         return out
+
+    def _launched_from(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The notebook and cell that launched the job (the notebook relative to the server's
+        root when it lies there, as the frontend opens it)."""
+        found = row.get("spec")
+        spec: dict[str, Any] = found if isinstance(found, dict) else {}
+        notebook, cell = spec.get("notebook"), spec.get("cell_id")
+        if not isinstance(notebook, str):
+            return {"notebook": None, "cell_id": None}
+        path = Path(notebook) if os.path.isabs(notebook) else (self.root or self.project) / notebook
+        if self.root is not None and os.path.isabs(notebook):
+            try:
+                notebook = path.resolve().relative_to(self.root.resolve()).as_posix()
+            except ValueError:
+                pass  # outside the server's root: shown as recorded, the frontend cannot open it
+        if not isinstance(cell, str) and isinstance(spec.get("cell_digest"), str):
+            # Launched by a frontend that sent no cell id (nbclient, nbconvert): the saved
+            # notebook's cell with the same launch digest.
+            cell = self._cell_of(path, spec["cell_digest"])
+        return {"notebook": notebook, "cell_id": cell if isinstance(cell, str) else None}
+
+    def _cell_of(self, path: Path, digest: str) -> str | None:
+        """The id of the saved cell of ``path`` whose launch digest is ``digest``."""
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        digests = self._cells.get(key)
+        if digests is None:
+            digests = {}
+            try:
+                nb = json.loads(path.read_text(encoding="utf-8"))
+                for c in nb.get("cells", []):
+                    source = c.get("source", "")
+                    text = "".join(source) if isinstance(source, list) else str(source)
+                    found = saved_cell_digest(text) if c.get("cell_type") == "code" else None
+                    if found and isinstance(c.get("id"), str):
+                        digests.setdefault(found, c["id"])
+            except (OSError, ValueError, AttributeError):
+                digests = {}  # not a notebook this can read: no cell to point at
+            self._cells = {k: v for k, v in self._cells.items() if k[0] != key[0]}
+            self._cells[key] = digests
+        return digests.get(digest)
+
+    def number(self, ref: str, fmt: str | None) -> dict[str, Any]:
+        """The body of ``GET rgt/api/number``: what ``{{rgt:<ref>|<fmt>}}`` shows; raises
+        :class:`~rgt_jupyter.errors.RgtError` when it does not resolve."""
+        found = num(ref, fmt, self.project)
+        return {"ref": ref, "text": found.text, "source": found.source()}
 
     def jobs_payload(self) -> dict[str, Any]:
         """The body of ``GET rgt/api/jobs``."""
@@ -381,6 +446,25 @@ class JobHandler(_RgtHandler):
         self.send(payload)
 
 
+class NumberHandler(_RgtHandler):
+    """``GET rgt/api/number?ref=<ref>&fmt=<fmt>``: what a markdown placeholder shows."""
+
+    @tornado.web.authenticated
+    @authorized
+    async def get(self) -> None:
+        ref = self.get_query_argument("ref", "").strip()
+        fmt = self.get_query_argument("fmt", "").strip() or None
+        if not ref:
+            self.send({"message": "ref is missing: ?ref=<run>.<key>"}, status=400)
+            return
+        try:
+            payload = await IOLoop.current().run_in_executor(None, self.watch.number, ref, fmt)
+        except RgtError as exc:
+            self.send({"message": str(exc), "reason": "Not Found", "ref": ref}, status=404)
+            return
+        self.send(payload)
+
+
 def watched_project(root_dir: str | os.PathLike[str]) -> Path:
     """The project a server with this root dir watches: ``$RGT_PROJECT``, else the project of
     ``root_dir`` (the nearest ancestor with a ``.rgt/`` folder, else ``root_dir``)."""
@@ -411,13 +495,17 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     """Start the server's watch of the project and add the REST API."""
     project = watched_project(serverapp.root_dir)
     loop = getattr(getattr(serverapp, "io_loop", None), "asyncio_loop", None)
-    watch = ServerWatch(project, loop=loop)
+    watch = ServerWatch(project, loop=loop, root=Path(serverapp.root_dir))
     web_app = serverapp.web_app
     base_url = web_app.settings.get("base_url", "/")
     api = url_path_join(base_url, "rgt", "api", "jobs")
     web_app.add_handlers(
         ".*$",
-        [(api, JobsHandler), (url_path_join(api, "([^/]+)"), JobHandler)],
+        [
+            (api, JobsHandler),
+            (url_path_join(api, "([^/]+)"), JobHandler),
+            (url_path_join(base_url, "rgt", "api", "number"), NumberHandler),
+        ],
     )
     web_app.settings[WATCH_SETTING] = watch
     web_app.settings[WATCHER_SETTING] = watch.watcher

@@ -27,6 +27,7 @@ from .jobs.snapshot import Snapshot, new_snapshot
 from .run.watch.watcher import Watcher, watcher
 from .store.registry import Registry
 from .views.render import (
+    LOOKS,
     age_text,
     curve_svg,
     rate_text,
@@ -84,6 +85,18 @@ BAR_STYLES = {
     "stalled": "warning",
 }
 
+#: How much the views made from now on show (one of :data:`~rgt_jupyter.views.render.LOOKS`):
+#: set by ``%config RgtMagics.job_view``.
+_LOOK = {"look": "compact"}
+
+
+def set_look(look: str) -> None:
+    """Make the job views shown from now on ``minimal``, ``compact`` (the default) or ``full``."""
+    if look not in LOOKS:
+        raise ValueError(f"job view {look!r}: one of {', '.join(LOOKS)}")
+    _LOOK["look"] = look
+
+
 #: The views on show, by job id (the newest of each job), for the kernel's own look.
 SHOWN: weakref.WeakValueDictionary[str, StatusView] = weakref.WeakValueDictionary()
 
@@ -91,14 +104,19 @@ SHOWN: weakref.WeakValueDictionary[str, StatusView] = weakref.WeakValueDictionar
 class StatusView:
     """A job's live status widget (created only where ipywidgets imports)."""
 
-    def __init__(self, job: Job, watch: Watcher | None = None) -> None:
+    def __init__(self, job: Job, watch: Watcher | None = None, look: str | None = None) -> None:
         import ipywidgets as w  # deferred: ipywidgets, only where a widget renders
 
         self.job = job
+        #: How much it shows: ``minimal``, ``compact`` or ``full`` (see :func:`set_look`).
+        self.look = look or _LOOK["look"]
+        if self.look not in LOOKS:
+            raise ValueError(f"job view {self.look!r}: one of {', '.join(LOOKS)}")
         self.watch = watch or watcher()
         snap = _first_snapshot(job, self.watch)
         self._first = snap
-        #: The snapshot the displayed fallbacks show, and the display they are in.
+        #: The snapshot the displayed fallbacks show (set once they were sent), and the display
+        #: they are in.
         self.saved: Snapshot = snap
         self.handle: Any = None
         self.metadata: dict[str, Any] = {}
@@ -148,11 +166,13 @@ class StatusView:
         tb = self.job.traceback() if snap.state == "failed" else None
         records = self.watch.records(self.job.id)
         key = (len(records), id(records[-1]) if records else None)
-        if key != self._curve_key:  # drawn again only when new records came
+        if key != self._curve_key and self.look != "minimal":  # drawn when new records came
             self._curve_key, self._curve = key, curve_svg(records)
         self._rate = rate_text(records, snap)
         self.bar.bar_style = BAR_STYLES.get(snap.display_state, "")
-        self.body.value = snapshot_html(snap, tb, header=False, curve=self._curve, rate=self._rate)
+        self.body.value = snapshot_html(
+            snap, tb, header=False, curve=self._curve, rate=self._rate, look=self.look
+        )
         if snap.display_state != self._shown_state:
             self.state.value = state_html(snap.display_state)
             self._shown_state = snap.display_state
@@ -162,8 +182,8 @@ class StatusView:
         displayed fallbacks are replaced in place: what a saved notebook shows stays true."""
         self._render(snap)
         if self.handle is not None and snap.display_state != self.saved.display_state:
+            self.handle.update(self.bundle(snap), raw=True, metadata=self.metadata)
             self.saved = snap
-            self.handle.update(self.bundle(), raw=True, metadata=self.metadata)
 
     def show(self, metadata: dict[str, Any]) -> None:
         """Display the view with a display id (its fallbacks kept true by :meth:`update`)."""
@@ -186,13 +206,15 @@ class StatusView:
             return
         self.panel.children = [self.teardown.widget]
 
-    def bundle(self) -> dict[str, Any]:
-        """The display bundle: widget view plus text and HTML fallbacks (of :attr:`saved`)."""
-        tb = self.job.traceback() if self.saved.state == "failed" else None
-        rate = rate_text(self.watch.records(self.job.id), self.saved)
+    def bundle(self, snap: Snapshot | None = None) -> dict[str, Any]:
+        """The display bundle: widget view plus text and HTML fallbacks of ``snap`` (by default
+        :attr:`saved`)."""
+        snap = snap or self.saved
+        tb = self.job.traceback() if snap.state == "failed" else None
+        rate = rate_text(self.watch.records(self.job.id), snap)
         return {
-            "text/plain": snapshot_text(self.saved, tb, rate=rate),
-            "text/html": snapshot_html(self.saved, tb, curve=self._curve, rate=rate),
+            "text/plain": snapshot_text(snap, tb, rate=rate),
+            "text/html": snapshot_html(snap, tb, curve=self._curve, rate=rate, look=self.look),
             "application/vnd.jupyter.widget-view+json": {
                 "model_id": self.widget.model_id,
                 "version_major": 2,

@@ -58,6 +58,7 @@ SIDEWAYS = {
     ("job", "remote"),
     ("magics", "args"),
     ("cli", "args"),
+    ("server_ext", "args"),
     ("magics", "widgets"),
 }
 #: A function-level import says why it is deferred, on its own line.

@@ -27,6 +27,7 @@ from rgt_jupyter.server_ext import ServerWatch
 from rgt_jupyter.store.registry import Registry
 
 from .conftest import wait_for
+from .verify_fixtures import make_run
 
 # A handler registered without @authenticated (or marked unauthenticated) fails the load.
 pytestmark = pytest.mark.filterwarnings("error::jupyter_server.utils.JupyterServerAuthWarning")
@@ -212,6 +213,52 @@ def test_unknown_job_is_a_json_404(project: Path, jp_fetch: Any, jp_asyncio_loop
         assert err.value.code == 404
         assert err.value.response is not None
         assert f"no job {name!r}" in strict_json(err.value.response.body)["message"]
+
+
+def test_each_job_names_the_notebook_and_cell_that_launched_it(
+    project: Path, jp_root_dir: Path, api: Api
+) -> None:
+    (project / "nb").mkdir()
+    notebook = project / "nb" / "paper.ipynb"
+    submit(
+        LaunchRequest(program="print(1)\n", name="celled", notebook=str(notebook), cell_id="c-7"),
+        project,
+    )
+    submit(LaunchRequest(program="print(1)\n", name="outside"), project)
+    submit(
+        LaunchRequest(program="print(1)\n", name="elsewhere", notebook="/srv/other/x.ipynb"),
+        project,
+    )
+    jobs = by_name(api())
+    # Relative to the server's root, as the frontend opens it.
+    assert jobs["celled"]["notebook"] == "nb/paper.ipynb" and jobs["celled"]["cell_id"] == "c-7"
+    assert jobs["outside"]["notebook"] is None and jobs["outside"]["cell_id"] is None
+    assert jobs["elsewhere"]["notebook"] == "/srv/other/x.ipynb"
+
+
+def test_a_placeholder_is_answered_with_its_number_and_source(
+    project: Path, jp_fetch: Any, jp_asyncio_loop: Any, watch: ServerWatch
+) -> None:
+    make_run(project / "runs", "r1", results={"test": {"accuracy": 0.8731}})
+
+    def number(**query: str) -> Any:
+        return jp_asyncio_loop.run_until_complete(jp_fetch("rgt", "api", "number", params=query))
+
+    found = strict_json(number(ref="r1:test.accuracy", fmt=".1%").body)
+    assert found["text"] == "87.3%" and found["ref"] == "r1:test.accuracy"
+    assert found["source"]["run_id"] == "r1" and found["source"]["key"] == "test.accuracy"
+    assert len(found["source"]["sha256"]) == 64
+    assert strict_json(number(ref="r1:test.accuracy").body)["text"] == "0.8731"
+    for query, status in (
+        ({"ref": "r1:test.nope"}, 404),
+        ({"ref": "nosuchrun:test.accuracy"}, 404),
+        ({"ref": ""}, 400),
+    ):
+        with pytest.raises(HTTPClientError) as err:
+            number(**query)
+        assert err.value.code == status, query
+        assert err.value.response is not None
+        assert strict_json(err.value.response.body)["message"], query
 
 
 def raw(

@@ -8,6 +8,9 @@ import base64
 import re
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from rgt_jupyter import submit
 from rgt_jupyter.jobs.snapshot import Snapshot
@@ -120,3 +123,39 @@ def _seen_step(project: Path, job_id: str) -> float:
 
     seen = Registry(project).last_seen(job_id)
     return float(((seen or {}).get("progress") or {}).get("step") or 0)
+
+
+def test_each_look_shows_what_it_promises() -> None:
+    curve = curve_svg(_records(50, 2.0))
+    pages = {
+        look: snapshot_html(_snap("running"), curve=curve, rate="1.0 step/s", look=look)
+        for look in ("minimal", "compact", "full")
+    }
+    assert "rgt-log" not in pages["minimal"] and "<img" not in pages["minimal"]
+    assert "<details" not in pages["minimal"] and "90/1000" in pages["minimal"]
+    assert "rgt-log" in pages["compact"] and "<img" in pages["compact"]
+    assert "<details style" in pages["compact"] and "<details open" not in pages["compact"]
+    assert "<details open" in pages["full"] and "max-height:24em" in pages["full"]
+    assert len(pages["minimal"]) < len(pages["compact"]) < len(pages["full"])
+    # A failure is never folded away, whatever the look.
+    failed = _snap("failed", diagnosis="CUDA out of memory: lower the batch size")
+    assert "CUDA out of memory" in snapshot_html(failed, ["Traceback", "  boom"], look="minimal")
+    assert "boom" in snapshot_html(failed, ["Traceback", "  boom"], look="minimal")
+
+
+def test_the_job_view_trait_sets_the_look_of_new_views(ip: Any, project: Path) -> None:
+    job = submit("print('a line')\n", project, name="looked")
+    wait_for(lambda: job.state == "finished", 120, "the job to end")
+    try:
+        ip.run_line_magic("config", "RgtMagics.job_view = 'minimal'")
+        small = StatusView(job)
+        assert small.look == "minimal" and "rgt-log" not in small.bundle()["text/html"]
+        ip.run_line_magic("config", "RgtMagics.job_view = 'full'")
+        assert "<details open" in StatusView(job).bundle()["text/html"]
+        ip.run_line_magic("config", "RgtMagics.job_view = 'tiny'")  # %config logs the error
+        assert StatusView(job).look == "full", "a wrong value changes nothing"
+        with pytest.raises(ValueError, match="one of minimal, compact, full"):
+            StatusView(job, look="tiny")
+    finally:
+        ip.run_line_magic("config", "RgtMagics.job_view = 'compact'")
+    assert StatusView(job).look == "compact"

@@ -66,6 +66,12 @@ def test_the_wheel_ships_the_profiles_notebooks_and_server_config(wheel: Path) -
     assert "rgt_jupyter/_profiles/local.toml" in names
     assert "rgt_jupyter/_example_notebooks/quickstart.ipynb" in names
     assert any(n.endswith("jupyter_server_config.d/rgt_jupyter.json") for n in names)
+    # The prebuilt JupyterLab extension, where JupyterLab finds it once installed (no node, no
+    # network at install), without the sources' node_modules.
+    lab = "rgt_jupyter-0.1.0.data/data/share/jupyter/labextensions/rgt-jupyter/"
+    assert lab + "package.json" in names
+    assert any(n.startswith(lab + "static/remoteEntry.") for n in names)
+    assert not [n for n in names if "node_modules" in n or n.startswith("labextension/")]
     assert {"rgt_jupyter/remote/agent.py", "rgt_jupyter/remote/job.py"} <= set(names)
     assert not [n for n in names if n.startswith(("tests/", "bench/"))]
 

@@ -22,6 +22,9 @@ _COLORS = {
     "stalled": "var(--jp-warn-color1, #9a6700)",
     "running, agent lost": "var(--jp-error-color1, #cf222e)",
 }
+#: How much of a job the status views show: one line and the bar, the default, or everything
+#: unfolded (``%config RgtMagics.job_view``).
+LOOKS = ("minimal", "compact", "full")
 _MUTED = "var(--jp-ui-font-color2, #6e7781)"
 _BORDER = "var(--jp-border-color2, #d0d7de)"
 _LINE = "var(--jp-brand-color1, #1f6feb)"
@@ -262,12 +265,19 @@ def snapshot_html(
     header: bool = True,
     curve: str = "",
     rate: str = "",
+    look: str = "compact",
 ) -> str:
     """The same status block as HTML (all job text escaped), compact: state, progress with rate
     and ETA, the curve, the diagnosis and the newest log lines (scrolled to the end); where it
     runs, the watcher, resources and cost folded under "details". ``header=False`` leaves out
     the first line and the progress bar (the live view shows them as widgets); ``curve`` is the
-    loss curve's HTML (:func:`curve_svg`); ``rate``: :func:`rate_text`."""
+    loss curve's HTML (:func:`curve_svg`); ``rate``: :func:`rate_text`. ``look`` (one of
+    :data:`LOOKS`): ``minimal`` leaves out the curve, the log and the details (a failure's
+    diagnosis and traceback, a cost and an OOM warning stay), ``full`` shows a taller log and
+    the details unfolded."""
+    if look not in LOOKS:
+        raise ValueError(f"look {look!r}: one of {', '.join(LOOKS)}")
+    minimal, full = look == "minimal", look == "full"
     e = html.escape
     clocks = [f"elapsed {_dur(snap.elapsed)}", _heartbeat(snap).replace("heartbeat:", "heartbeat")]
     if snap.exit_code is not None:
@@ -288,15 +298,16 @@ def snapshot_html(
             f"<progress value='{min(max(step, 0.0), total):g}' max='{total:g}' "
             "style='width:100%'></progress>"
         )
-    if curve:
+    if curve and not minimal:
         rows.append(curve)
     if snap.diagnosis:
         rows.append(f"<div class='rgt-diagnosis'><i>{e(clean_text(snap.diagnosis))}</i></div>")
     log = log_before_traceback(snap.log_tail) if traceback_lines else snap.log_tail
-    if log:
+    if log and not minimal:
         # A column-reverse box starts scrolled to its end: the newest line is the one in view.
         rows.append(
-            "<div class='rgt-log' style='max-height:9em;overflow:auto;display:flex;"
+            f"<div class='rgt-log' style='max-height:{24 if full else 9}em;overflow:auto;"
+            "display:flex;"
             f"flex-direction:column-reverse;border:1px solid {_BORDER}'>"
             f"<pre style='margin:0'>{e(chr(10).join(log))}</pre></div>"
         )
@@ -320,9 +331,9 @@ def snapshot_html(
         details.append(snap.watcher)
     if snap.audit:
         details.append("machine: " + "; ".join(snap.audit))
-    if details:
+    if details and not minimal:
         rows.append(
-            f"<details style='color:{_MUTED}'><summary>details</summary>"
+            f"<details{' open' if full else ''} style='color:{_MUTED}'><summary>details</summary>"
             + "".join(f"<div>{e(d)}</div>" for d in details)
             + "</details>"
         )
