@@ -21,6 +21,7 @@ from typing import Any
 
 from ..store.fsutil import atomic_write_bytes
 from ..store.project import project_dir
+from ..verify.model import findings_by_run
 from .check_numbers import check_numbers
 from .evidence import evidence_path, load, sync
 from .manifest import collect
@@ -31,22 +32,6 @@ from .repro import manifest_path
 
 def _json_bytes(value: Any) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True, default=str) + "\n").encode()
-
-
-def _findings_by_run(project: Path) -> dict[str, list[dict[str, Any]]]:
-    """The newest ``%verify`` findings of each run (from ``verify/findings.jsonl``)."""
-    path = project / "verify" / "findings.jsonl"
-    out: dict[str, list[dict[str, Any]]] = {}
-    if not path.is_file():
-        return out
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        for run_id in (rec.get("targets") or {}).get("run_ids") or []:
-            out.setdefault(run_id, []).append(rec)
-    return out
 
 
 def _caption(row: dict[str, Any]) -> str:
@@ -70,7 +55,7 @@ def disclosure_gate(
 
     if not evidence_path(project).is_file():
         return []
-    findings = _findings_by_run(project)
+    findings = findings_by_run(project)
     records = []
     for claim in load(project).get("claims", []):
         for index, row in enumerate(claim.get("evidence", [])):
@@ -117,6 +102,10 @@ def disclosure_gate(
                 }
             )
     return records
+
+
+#: The vendor mime type of the report's data (never ranked above its HTML).
+MIME = "application/vnd.rgt.deliver+json"
 
 
 @dataclass
@@ -261,7 +250,10 @@ class DeliveryReport:
         return "".join(parts) + "</div>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return {"text/plain": self.text(), "text/html": self.html()}
+        # The vendor type carries the data and marks the output as rgt's own report, which
+        # the typed-number check leaves out (its numbers are the check's, not the paper's).
+        data = json.loads(json.dumps(self.to_dict(), default=str))
+        return {"text/plain": self.text(), "text/html": self.html(), MIME: data}
 
 
 def _figure_checks(project: Path) -> list[dict[str, Any]]:

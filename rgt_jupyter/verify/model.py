@@ -293,3 +293,44 @@ def inputs_of(*runs: RunData, rels: tuple[str, ...] = ()) -> list[dict[str, str]
     for run in runs:
         out += run.inputs(*rels)
     return out
+
+
+def findings_by_run(project: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every recorded ``%verify`` finding of each run, oldest first (from
+    ``verify/findings.jsonl``; unreadable lines are skipped)."""
+    path = project / "verify" / "findings.jsonl"
+    out: dict[str, list[dict[str, Any]]] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        for run_id in (rec.get("targets") or {}).get("run_ids") or []:
+            out.setdefault(str(run_id), []).append(rec)
+    return out
+
+
+def open_problems(project: Path) -> dict[str, list[str]]:
+    """Each run's open problems, as ``check: disclosure``: the newest finding of each check on
+    the run, where it is a ``bug`` or an integrity ``finding`` (a later pass closes it)."""
+    out: dict[str, list[str]] = {}
+    for run_id, records in findings_by_run(project).items():
+        newest: dict[str, dict[str, Any]] = {}
+        for rec in records:
+            check = str(rec.get("check"))
+            if check not in newest or float(rec.get("created") or 0) >= float(
+                newest[check].get("created") or 0
+            ):
+                newest[check] = rec
+        problems = [
+            f"{check}: {rec.get('disclosure')}"
+            for check, rec in sorted(newest.items())
+            if rec.get("verdict") in ("bug", "finding")
+        ]
+        if problems:
+            out[run_id] = problems
+    return out

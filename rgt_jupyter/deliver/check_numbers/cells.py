@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..numtokens import METRIC_WORDS, CodeScanner, TextScanner, Token, metric_named, source_numbers
+from ...verify.model import open_problems
+from ..numtokens import METRIC_WORDS, RESULT_WORDS, CodeScanner, TextScanner, Token, metric_named
 from .index import Leaf, ResultsIndex, core, fmt_for
 from .report import NumberItem
 
@@ -16,6 +17,7 @@ from .report import NumberItem
 
 _MIME_ORDER = ("text/markdown", "text/html", "text/latex", "text/plain")
 _WIDGET = "application/vnd.jupyter.widget-view+json"
+_OWN_MIME = "application/vnd.rgt."
 
 
 def _text(value: Any) -> str:
@@ -73,6 +75,8 @@ def _output_text(
     data = output.get("data")
     if not isinstance(data, dict) or _WIDGET in data:
         return None
+    if any(str(k).startswith(_OWN_MIME) for k in data):
+        return None  # rgt's own report or view (delivery, verify, results): not the paper's
     for mime in _MIME_ORDER:
         if mime in data:
             meta = output.get("metadata")
@@ -86,6 +90,17 @@ def _output_text(
 
 # -- the pass
 
+#: Where a code cell's shown text is: a string that reaches a print, display or figure, or a
+#: comment.
+_CODE_TEXT = frozenset({"code_string", "code_comment"})
+
+
+def _body(text: str) -> str:
+    """The digits of a token's text (``93.4`` of ``93.4%``)."""
+    words = text.lstrip("+-± ").split()
+    return words[0].rstrip("%‰×xkKMBG") if words else ""
+
+
 _PLACEHOLDER = re.compile(r"\{\{\s*rgt:([^{}|]*?)\s*(?:\|\s*([^{}]*?)\s*)?\}\}")
 
 
@@ -97,11 +112,13 @@ class Checker:
         self.notebook = notebook
         self.project = project
         self.index = index
-        self.text = TextScanner(METRIC_WORDS | index.key_words)
+        self.text = TextScanner(METRIC_WORDS | RESULT_WORDS | index.key_words)
         self.code = CodeScanner()
         self.items: list[NumberItem] = []
         self.warnings: list[str] = []
         self._sha_cache: dict[Path, str | None] = {}
+        #: Each run's open %verify problems, disclosed beside the numbers that cite it.
+        self.problems = open_problems(project) if project is not None else {}
 
     def cell(self, index: int, cell: dict[str, Any]) -> None:
         """Classify the numbers of notebook cell ``index``: its text or code, and its outputs."""
@@ -125,7 +142,18 @@ class Checker:
             self.warnings.append(f"cell {index} ({cell_id}): {error}")
         for tok in toks:
             self._code_item(base, tok, pragma)
-        echoes: frozenset[str] | None = None
+        # What an output may repeat of the source: literals that are not safe or configuration
+        # ones, and the numbers of the texts it shows (strings that reach a sink, comments).
+        shown_numbers = {_body(t.text) for t in toks if t.reason is None and t.sig >= 2}
+        for shown in self.code.shown:
+            for tok in self.text.output_text(shown.text):
+                if tok.line == 1:
+                    tok.col += shown.col - 1
+                tok.line += shown.line - 1
+                self._text_item(base, shown.where, tok, pragma, None, None, None, None)
+                if tok.kind == "number" and tok.reason is None and tok.sig >= 2:
+                    shown_numbers.add(_body(tok.text))
+        echoes: frozenset[str] | None = frozenset(shown_numbers)
         for k, output in enumerate(cell.get("outputs") or []):
             picked = _output_text(output)
             if picked is None:
@@ -139,8 +167,6 @@ class Checker:
                 toks = self.text.html(text)
             else:
                 toks = self.text.output_text(text)
-            if records is None and echoes is None:
-                echoes = source_numbers(source)
             for tok in toks:
                 self._text_item(base, "output", tok, pragma, records, k, mime, echoes)
 
@@ -181,6 +207,8 @@ class Checker:
             pm = _PLACEHOLDER.fullmatch(tok.text)
             if pm:
                 item.match = {"ref": pm.group(1), "fmt": pm.group(2)}
+                run = pm.group(1).split(":", 1)[0].strip()
+                item.findings = list(self.problems.get(run, []))
         elif pragma:
             item = self._item(base, where, tok, "ignored", "pragma: rgt:ignore-numbers")
         elif tok.reason is not None:
@@ -209,16 +237,16 @@ class Checker:
     ) -> NumberItem:
         found = self.index.lookup(tok, tok.anchored)
         value = abs(tok.value or 0.0)
-        if tok.sig < 2:
+        if where in _CODE_TEXT and not tok.anchored and found is None:
+            status, reason = "ignored", "code text without a result word or a results.json match"
+        elif tok.sig < 2:
             status, reason = "ambiguous", "fewer than 2 significant digits"
         elif tok.year_like and found is None:
             status, reason = "ambiguous", "year-like number near a metric word"
         elif not tok.anchored and value <= 10 and not (found and tok.sig >= 3):
             status, reason = "ambiguous", "unanchored number between 0 and 10"
         elif where == "output" and not tagged:
-            words = tok.text.lstrip("+-± ").split()
-            body = words[0].rstrip("%‰×xkKMBG") if words else ""
-            if echoes is not None and body in echoes:
+            if echoes is not None and _body(tok.text) in echoes:
                 status, reason = "typed", "the output repeats a number typed in the cell source"
             else:
                 status, reason = "ambiguous", "untagged output (generated or typed: run-time check)"
@@ -245,11 +273,28 @@ class Checker:
         }
         if item.status != "typed":
             return
+        newer = self.index.newer(leaf)
+        if newer is not None and self.index.shows(tok, newer, scale):
+            leaf, newer = newer, None  # it shows the newest run too: that is the one to cite
+            item.match.update(run_id=leaf.run_id, file=leaf.file, sha256=leaf.sha256)
+        if newer is not None:
+            job = self.index.runs[leaf.run_id][0]
+            item.stale = True
+            item.reason = (
+                f"stale: matches {leaf.run_id}:{leaf.key} = {leaf.raw!r}, an older run of job "
+                f"{job}; its newest run {newer.run_id} has {newer.raw!r}"
+            )
+            item.match["newest"] = {"run_id": newer.run_id, "file": newer.file, "raw": newer.raw}
+            leaf = newer  # the suggestion cites the newest run
+        item.findings = list(self.problems.get(leaf.run_id, []))
         if item.where == "code_source":
             item.suggestion = f'read "{leaf.run_id}:{leaf.key}" from results.json, not a literal'
             return
         shown = fmt_for(tok, leaf, scale)
-        if shown is not None:
+        if shown is not None and item.where in _CODE_TEXT:
+            fmt, after = shown
+            item.suggestion = f'format rgt.num("{leaf.run_id}:{leaf.key}", "{fmt}") into the text{after and " (then " + after + ")"}'
+        elif shown is not None:
             fmt, after = shown
             item.suggestion = f"use {{{{rgt:{leaf.run_id}:{leaf.key}|{fmt}}}}}{after}"
 
@@ -283,6 +328,7 @@ class Checker:
             "fmt": record.get("fmt"),
             "claim_id": record.get("claim_id"),
         }
+        item.findings = list(self.problems.get(str(record.get("run_id")), []))
         recorded = record.get("sha256")
         path = record.get("results_json")
         if not recorded or not path:

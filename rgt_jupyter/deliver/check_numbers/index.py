@@ -44,9 +44,21 @@ class ResultsIndex:
     """Numeric leaves of results.json files, sorted by value (and by 100·v, 1000·v for
     fractions) so a shown number finds its candidates by bisection."""
 
-    def __init__(self, leaves: list[Leaf], files: list[dict[str, str]]) -> None:
+    def __init__(
+        self,
+        leaves: list[Leaf],
+        files: list[dict[str, str]],
+        runs: dict[str, tuple[str, float]] | None = None,
+    ) -> None:
         self.leaves = leaves
         self.files = files
+        #: Each run's job name and time (when it ended, else was pulled or created), from its
+        #: run.json: which run of a job is the newest.
+        self.runs = runs or {}
+        self._newest: dict[str, str] = {}
+        for run_id, (job, _t) in sorted(self.runs.items(), key=lambda kv: (kv[1][1], kv[0])):
+            self._newest[job] = run_id
+        self._at = {(leaf.run_id, leaf.key): leaf for leaf in leaves}
         self._scaled: dict[int, tuple[list[float], list[int]]] = {}
         for scale in (1, *PERCENT_SCALE.values()):
             pairs = sorted(
@@ -71,6 +83,7 @@ class ResultsIndex:
         results.json file is taken as is."""
         leaves: list[Leaf] = []
         files: list[dict[str, str]] = []
+        runs: dict[str, tuple[str, float]] = {}
         for folder in run_folders:
             path = folder if folder.is_file() else folder / "results.json"
             if not path.is_file() and folder.is_dir():
@@ -84,6 +97,9 @@ class ResultsIndex:
             except ValueError:
                 continue
             sha = hashlib.sha256(data).hexdigest()
+            job = _job_of(folder if folder.is_dir() else folder.parent, path)
+            if job is not None:
+                runs[run_id] = job
             shown = _display_path(path, project)
             files.append({"path": shown, "sha256": sha, "run_id": run_id})
             for key, raw in _numeric_leaves(doc, ""):
@@ -93,7 +109,33 @@ class ResultsIndex:
                     if len(w) >= 3 and not w.isdigit() and w not in _KEY_STOP
                 )
                 leaves.append(Leaf(run_id, shown, sha, key, raw, words))
-        return cls(leaves, files)
+        return cls(leaves, files, runs)
+
+    @staticmethod
+    def shows(tok: Token, leaf: Leaf, scale: int) -> bool:
+        """Whether ``tok`` shows ``leaf`` (at ``scale``) at its display rounding."""
+        if tok.value is None or tok.decimals is None:
+            return False
+        unit = 10.0 ** (tok.exponent + MULTIPLIER.get(tok.suffix, 0))
+        tol = rounding_tolerance(10.0 ** (-tok.decimals) * unit, tok.value)
+        return abs(float(leaf.raw) * scale - tok.value) <= tol
+
+    def newer(self, leaf: Leaf) -> Leaf | None:
+        """The same key in the newest run of ``leaf``'s job, when ``leaf`` is from an older run
+        of that job and the newest run shows another value there (None otherwise)."""
+        job = self.runs.get(leaf.run_id)
+        newest = self._newest.get(job[0]) if job else None
+        if newest is None or newest == leaf.run_id:
+            return None
+        current = self._at.get((newest, leaf.key))
+        if current is not None and current.raw == leaf.raw:
+            return None
+        return current
+
+    def newest_run(self, run_id: str) -> str | None:
+        """The newest run of ``run_id``'s job (None when its job is not known)."""
+        job = self.runs.get(run_id)
+        return self._newest.get(job[0]) if job else None
 
     def lookup(self, tok: Token, anchored: bool) -> tuple[Leaf, int, int] | None:
         """The best leaf that ``tok`` shows at its display rounding (half-up or half-even at
@@ -124,6 +166,27 @@ class ResultsIndex:
         best = min(found)
         scale = scales[best[2]]
         return self.leaves[best[3]], scale, len({f[3] for f in found})
+
+
+def _job_of(folder: Path, results: Path) -> tuple[str, float] | None:
+    """A run's job name and time from its ``run.json`` (the time it ended, else was pulled or
+    created, else the results file's mtime); None without a readable run.json."""
+    try:
+        record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("name"), str):
+        return None
+    found = record.get("times")
+    times: dict[str, Any] = found if isinstance(found, dict) else {}
+    for key in ("ended", "pulled", "created"):
+        t = times.get(key)
+        if isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t):
+            return record["name"], float(t)
+    try:
+        return record["name"], results.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _numeric_leaves(value: Any, prefix: str) -> Iterable[tuple[str, float | int]]:

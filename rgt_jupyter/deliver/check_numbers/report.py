@@ -18,7 +18,7 @@ class NumberItem:
     cell_index: int
     cell_id: str
     cell_type: str
-    where: str  # markdown | code_source | output
+    where: str  # markdown | code_source | code_string | code_comment | output
     line: int
     col: int
     text: str
@@ -33,6 +33,9 @@ class NumberItem:
     stale: bool = False
     role: str = "value"
     context: str = ""
+    #: The open ``%verify`` problems of the run its match or suggestion names
+    #: (``check: disclosure``), disclosed beside it.
+    findings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (all fields)."""
@@ -94,9 +97,19 @@ class NumbersReport:
         return f"{self.notebook.name}#{item.cell_id}:{item.line}"
 
     def _line(self, item: NumberItem) -> str:
-        place = {"markdown": "markdown", "code_source": "code"}.get(item.where, "output")
+        place = {
+            "markdown": "markdown",
+            "code_source": "code",
+            "code_string": f"code string, column {item.col}",
+            "code_comment": f"code comment, column {item.col}",
+        }.get(item.where, "output")
         if item.output_index is not None:
             place = f"output {item.output_index}"
+        if item.stale and item.status == "typed":
+            # Typed, and it shows an older run of its job than the newest one.
+            line = f"{self._where(item)} stale {item.text} ({place}; {item.reason})"
+            line = f"{line} → {item.suggestion}" if item.suggestion else line
+            return line + _disclosed(item)
         if item.stale:
             m = item.match or {}
             return f"{self._where(item)} stale {item.text} ({place}; {m.get('file')} changed)"
@@ -106,14 +119,15 @@ class NumbersReport:
         else:
             what = "no results.json value matches"
         line = f"{self._where(item)} typed {item.text} ({place}; {what})"
-        return f"{line} → {item.suggestion}" if item.suggestion else line
+        line = f"{line} → {item.suggestion}" if item.suggestion else line
+        return line + _disclosed(item)
 
     def text(self) -> str:
         """A summary line, then one line per typed (and stale) number."""
         s = self.summary
         head = (
-            f"{self.notebook.name}: {s['typed']} typed, {s['generated']} generated "
-            f"({s['stale']} stale), {s['ignored']} ignored, {s['ambiguous']} ambiguous"
+            f"{self.notebook.name}: {s['typed']} typed, {s['generated']} generated, "
+            f"{s['stale']} stale, {s['ignored']} ignored, {s['ambiguous']} ambiguous"
         )
         lines = [head] + [self._line(i) for i in self.items if i.status == "typed" or i.stale]
         lines += [f"warning: {w}" for w in self.warnings]
@@ -134,7 +148,7 @@ class NumbersReport:
         )
         s = self.summary
         head = html.escape(
-            f"{s['typed']} typed, {s['generated']} generated ({s['stale']} stale), "
+            f"{s['typed']} typed, {s['generated']} generated, {s['stale']} stale, "
             f"{s['ignored']} ignored, {s['ambiguous']} ambiguous"
         )
         table = (
@@ -147,3 +161,11 @@ class NumbersReport:
             "text/plain": self.text(),
             "text/html": f"<p><b>{html.escape(self.notebook.name)}</b>: {head}</p>{table}",
         }
+
+
+def _disclosed(item: NumberItem) -> str:
+    """The run's open ``%verify`` problems, said beside the number."""
+    if not item.findings:
+        return ""
+    run = (item.match or {}).get("newest", {}).get("run_id") or (item.match or {}).get("run_id")
+    return f" [%verify on {run}: " + "; ".join(item.findings) + "]"

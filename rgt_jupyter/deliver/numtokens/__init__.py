@@ -18,11 +18,20 @@ from __future__ import annotations
 
 from ..numtext import normalize
 from .code import CodeScanner, metric_named, source_numbers
-from .text import METRIC_WORDS, MULTIPLIER, TextScanner, Token, html_to_text, sig_digits
+from .context import RESULT_WORDS
+from .markup import html_to_text
+from .text import (
+    METRIC_WORDS,
+    MULTIPLIER,
+    TextScanner,
+    Token,
+    sig_digits,
+)
 
 __all__ = [
     "METRIC_WORDS",
     "MULTIPLIER",
+    "RESULT_WORDS",
     "CodeScanner",
     "TextScanner",
     "Token",

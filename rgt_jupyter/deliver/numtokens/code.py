@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import io
 import re
+import tokenize
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +50,29 @@ _LAYOUT_CALLS = frozenset(
     set_figwidth set_figheight GridSpec add_gridspec""".split()
 )
 
+# Calls and keywords whose string arguments are shown: printed, displayed, or drawn on a figure.
+_TEXT_SINKS = frozenset(
+    """print display Markdown HTML Latex Math markdown write title suptitle set_title xlabel
+    ylabel set_xlabel set_ylabel set_zlabel annotate text figtext legend set_text set_label
+    set_xticklabels set_yticklabels bar_label table info warning log caption""".split()
+)
+_TEXT_KEYWORDS = frozenset("label title text xlabel ylabel caption s".split())
+_FORMAT_FIELD = re.compile(r"\{[^{}\n]*\}|%[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgGs%]")
+_OPENING = re.compile(r"[rRbBuUfF]{0,2}(?:\"\"\"|\'\'\'|\"|\')")
 _CODE_PRAGMA = re.compile(r"#\s*rgt:\s*literal\b")
 _MAGIC_STRIP = re.compile(r"%%(?:time|timeit|capture|prun)\b[^\n]*\n")
+
+
+@dataclass(frozen=True, slots=True)
+class ShownText:
+    """Text a code cell shows: a string that reaches a print, a display or a figure (``where``
+    ``code_string``), or a comment (``code_comment``); at ``line``/``col`` (1-based) of the
+    cell, its format fields blanked."""
+
+    line: int
+    col: int
+    text: str
+    where: str
 
 
 @dataclass(slots=True)
@@ -99,6 +122,8 @@ class CodeScanner:
 
     def __init__(self) -> None:
         self._transformer: Any = None
+        #: What the last scanned cell shows as text: strings that reach a sink, and comments.
+        self.shown: list[ShownText] = []
 
     def scan(self, source: str) -> tuple[list[Token], str | None]:
         """The literals (safe ones carry a reason), and an error when the cell cannot be parsed."""
@@ -124,11 +149,18 @@ class CodeScanner:
             i + 1 for i, line in enumerate(lines) if "rgt" in line and _CODE_PRAGMA.search(line)
         }
         out: list[Token] = []
+        self.shown = []
         self._walk(tree, _Ctx(), lines, out)
         for tok in out:
             if tok.line in pragma and tok.reason is None:
                 tok.reason = "pragma: rgt: literal"
             tok.line += offset
+        self.shown += _comments(code)
+        self.shown = [
+            ShownText(t.line + offset, t.col, t.text, t.where)
+            for t in self.shown
+            if t.line not in pragma and any(ch.isdigit() for ch in t.text)
+        ]
         return out, None
 
     def _transform(self, source: str) -> str:
@@ -148,6 +180,9 @@ class CodeScanner:
                     node, node.operand, ctx, lines, out, negative=isinstance(node.op, ast.USub)
                 )
                 return
+        if isinstance(node, ast.FormattedValue):
+            self._walk(node.value, ctx, lines, out)  # its format spec (.3f) is no shown text
+            return
         if isinstance(node, ast.Call):
             name = _name_of(node.func)
             self._walk(node.func, ctx, lines, out)
@@ -207,6 +242,15 @@ class CodeScanner:
         negative: bool,
     ) -> None:
         raw = const.value
+        if isinstance(raw, str):
+            if ctx.call in _TEXT_SINKS or ctx.kw in _TEXT_KEYWORDS:
+                text = _FORMAT_FIELD.sub(lambda m: " " * len(m.group()), raw)
+                line = lines[const.lineno - 1] if 0 < const.lineno <= len(lines) else ""
+                opening = _OPENING.match(line, const.col_offset)
+                col = const.col_offset + 1 + (len(opening.group()) if opening else 0)
+                if any(ch.isdigit() for ch in text):
+                    self.shown.append(ShownText(const.lineno, col, text, "code_string"))
+            return
         if isinstance(raw, bool) or not isinstance(raw, int | float | complex):
             return
         lineno = node.lineno
@@ -267,6 +311,21 @@ def _code_reason(ctx: _Ctx) -> str | None:
             if reason:
                 return reason
     return None
+
+
+def _comments(code: str) -> list[ShownText]:
+    """The comments of ``code`` (read by :mod:`tokenize`), without their ``#``."""
+    found: list[ShownText] = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type == tokenize.COMMENT:
+                text = tok.string[1:]
+                if text.lstrip().startswith(("!", "type:", "noqa", "pragma", "%")):
+                    continue
+                found.append(ShownText(tok.start[0], tok.start[1] + 2, text, "code_comment"))
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        pass  # the cell parsed as Python, so this is a tokenizer corner: no comments read
+    return found
 
 
 def source_numbers(source: str) -> frozenset[str]:

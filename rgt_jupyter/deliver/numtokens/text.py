@@ -11,12 +11,20 @@ outputs (ANSI codes, carriage returns, progress bars), and HTML (tables as pipe 
 
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 from ..numtext import blanked, decimals_of, normalize, spaces
+from .context import (
+    ANY_HEADING,
+    BIBLIOGRAPHY_MASKS,
+    BIBLIOGRAPHY_REASONS,
+    REFS_LINE,
+    REFS_TITLE,
+    context_reason,
+)
+from .markup import html_to_text
 
 # -- a token, and what its text means
 
@@ -182,12 +190,13 @@ _COMMON_MASKS = (
     r"(?P<exec>\b(?:In|Out)\s?\[\s*\d*\s*\]:?)",
     r"(?P<entity>&#[xX]?[0-9a-fA-F]+;)",
     r"(?P<shape>\[?\d+ rows? [x×] \d+ columns?\]?)",
+    *BIBLIOGRAPHY_MASKS,
 )
 _MARKDOWN_MASKS = (
     r"(?P<image>!\[[^\]\n]*\]\([^)\n]*\))",
     r"(?P<link>(?<=\])\([^)\s]*(?:\s+\"[^\"]*\")?\))",
     r"(?P<footnote>\[\^[^\]\n]+\])",
-    r"(?P<citation>\[\d{1,3}(?:\s*[,;–-]\s*\d{1,3})*\](?![(:]))",
+    r"(?P<citation>\[\d{1,3}(?:\s*[,;–-]\s*\d{1,3})*\](?!\())",
     r"(?P<html></?[A-Za-z][^<>\n]*>|<![^<>\n]*>)",
 )
 _OUTPUT_MASKS = (
@@ -205,6 +214,7 @@ _MASK_REASONS = {
     "exec": "execution count",
     "entity": "HTML entity",
     "shape": "DataFrame shape footer",
+    **BIBLIOGRAPHY_REASONS,
     "image": "image",
     "link": "link target",
     "footnote": "footnote",
@@ -448,6 +458,8 @@ class _LineScanner:
             um = _UNIT_SPACED.match(s, end)
             if um:
                 tok.unit = um.group(0).strip()
+        if reason is None:
+            reason = context_reason(s, end, suffix, tok.unit, role, ln.words, METRIC_WORDS)
         # Anchors: the line's words, plus the table cell's column header and row header.
         scope = ln.words
         if ln.header is not None and ln.cells:
@@ -496,7 +508,26 @@ def _table_header(
 
 class TextScanner(_LineScanner):
     """Scans text for numbers; ``anchors`` are the words that anchor a number (metric names,
-    split words, results.json keys)."""
+    split words, results.json keys). A reference list (under a "References" or "Bibliography"
+    heading, to the next heading of its level) holds no result: its numbers are ignored, also
+    in the markdown cells after the heading's own cell."""
+
+    def __init__(self, anchors: frozenset[str]) -> None:
+        super().__init__(anchors)
+        #: The level of the reference list's heading while one is being read (7: a bold line).
+        self.references: int | None = None
+
+    def _heading(self, line: str) -> None:
+        """Start or end the reference list at a heading line."""
+        hm = ANY_HEADING.match(line)
+        if hm is not None:
+            level = len(hm.group(1))
+            if REFS_TITLE.fullmatch(hm.group(2)):
+                self.references = level
+            elif self.references is not None and level <= self.references:
+                self.references = None
+        elif REFS_LINE.match(line):
+            self.references = 7
 
     # -- whole texts
 
@@ -532,12 +563,18 @@ class TextScanner(_LineScanner):
             header, separator = _table_header(lines, i, line, header)
             if separator:
                 continue
+            self._heading(line)
             first = len(out)
             self._line(line, i + 1, out, markdown=True, header=header)
-            if i + 1 in pragma_lines:
+            if i + 1 in pragma_lines or self.references is not None:
+                why = (
+                    "pragma: rgt:ignore"
+                    if i + 1 in pragma_lines
+                    else "bibliography (reference list)"
+                )
                 for tok in out[first:]:
                     if tok.kind == "number" and tok.reason is None:
-                        tok.reason = "pragma: rgt:ignore"
+                        tok.reason = why
         if fence is not None and fence_digits:
             out.append(Token(fence_start, 1, fence, kind="masked", reason="code fence"))
         return out
@@ -584,34 +621,3 @@ class TextScanner(_LineScanner):
         """Tokens of text/html: tables become pipe rows under their header row, other tags
         are dropped."""
         return self.output_text(html_to_text(text))
-
-
-def html_to_text(markup: str) -> str:
-    """Plain text of HTML: scripts and styles dropped, each table as pipe rows with a separator
-    after its first (header) row, block tags as line breaks, entities unescaped."""
-    markup = _SCRIPT_STYLE.sub("", markup)
-    markup = _TABLE.sub(_table_rows, markup)
-    markup = _BLOCK.sub("\n", markup)
-    markup = _TAG.sub("", markup)
-    return html.unescape(markup)
-
-
-_SCRIPT_STYLE = re.compile(r"<(script|style)\b.*?</\1\s*>", re.S | re.I)
-_TABLE = re.compile(r"<table\b.*?(?:</table\s*>|\Z)", re.S | re.I)
-_ROW = re.compile(r"<tr\b[^>]*>(.*?)</tr\s*>", re.S | re.I)
-_CELL = re.compile(r"<t([hd])\b[^>]*>(.*?)</t[hd]\s*>", re.S | re.I)
-_BLOCK = re.compile(r"<br\s*/?>|</(?:p|div|li|h[1-6]|pre|tr)\s*>", re.I)
-_TAG = re.compile(r"<[^>]*>")
-
-
-def _table_rows(m: re.Match[str]) -> str:
-    rows: list[str] = []
-    for k, row in enumerate(_ROW.finditer(m.group(0))):
-        cells = [
-            " ".join(_TAG.sub("", c.group(2)).split()).replace("|", "/")
-            for c in _CELL.finditer(row.group(1))
-        ]
-        rows.append("| " + " | ".join(cells) + " |")
-        if k == 0:
-            rows.append("|" + "---|" * max(1, len(cells)))
-    return "\n" + "\n".join(rows) + "\n"
