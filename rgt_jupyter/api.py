@@ -27,6 +27,7 @@ from .jobs.tracebacks import traceback_lines
 from .run.billing import cost_text
 from .run.launch import launch, update_spec
 from .run.pull import pull
+from .run.pull.formats import report_lines
 from .run.secrets import drop_leftover_secrets
 from .run.seeds import launch_seeds
 from .store.fsutil import jsonl_records
@@ -348,7 +349,8 @@ class Run:
 
     @property
     def verified(self) -> bool:
-        """True only when every hash matched and every checkpoint loaded."""
+        """True only when every hash matched and every checkpoint loaded (or, pickled with a
+        class outside the allowlist, stands verified by sha256 only: said in :meth:`text`)."""
         return bool(self.verification.get("verified"))
 
     @property
@@ -370,9 +372,7 @@ class Run:
         ]
         for m in v.get("mismatches", []):
             lines.append(f"  MISMATCH {m['path']}: {m['reason']}")
-        for r in v.get("checkpoint_loads", []):
-            if not r["ok"]:
-                lines.append(f"  DOES NOT LOAD {r['path']}: {r.get('why') or r['detail']}")
+        lines += report_lines(v)
         if self.results:
             lines.append("  results: " + json.dumps(self.results, sort_keys=True)[:500])
         return "\n".join(lines)

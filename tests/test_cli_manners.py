@@ -107,6 +107,7 @@ def test_jobs_states_json_exit_codes_colour_and_pipes(project: Path) -> None:
     pulled = json.loads(rgt("pull", "done", "--json", cwd=project).stdout)
     assert pulled["verified"] is True and pulled["results"] == {"acc": 0.9}
     assert Path(pulled["path"], "run.json").is_file()
+    assert "results.json" in json.dumps(pulled["files"]), "each file's verdict is listed"
     down = rgt("down", "done", "--json", cwd=project, check=False)
     assert "rgt: checking 1 job(s) on this machine (" in down.stderr, down.stderr
     assert "for the teardown gate… done in" in down.stderr, down.stderr

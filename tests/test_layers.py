@@ -5,7 +5,7 @@ Every import of every module counts: at module level, inside functions, and type
 
 | # | folder | what lives there |
 |---|---|---|
-| 0 | ``remote/``, ``job.py``, ``errors.py`` | what travels to the job's machine; the error tree |
+| 0 | ``remote/``, ``job.py``, ``integrations/``, ``errors.py`` | what travels to the job's machine (the job API and the framework callbacks beside it); the error tree |
 | 1 | ``store/`` | the project on disk |
 | 2 | ``transport/``, ``machines/`` | how a machine is reached; what a machine is |
 | 3 | ``jobs/`` | the job model and the rules every backend shares |
@@ -31,6 +31,7 @@ NAME = "rgt_jupyter"
 LAYERS = {
     "remote": 0,
     "job": 0,
+    "integrations": 0,
     "errors": 0,
     "store": 1,
     "transport": 2,
@@ -52,10 +53,11 @@ LAYERS = {
 }
 #: Imports between parts of one layer that are allowed: DELIVER discloses VERIFY's findings; the
 #: public ``rgt_jupyter.job`` is the travelling module; every front door reads the one flag
-#: table; the magics display the live widget.
+#: table; the magics display the live widget; the framework integrations call the job API.
 SIDEWAYS = {
     ("deliver", "verify"),
     ("job", "remote"),
+    ("integrations", "job"),
     ("magics", "args"),
     ("cli", "args"),
     ("server_ext", "args"),
@@ -157,6 +159,19 @@ def test_the_travelling_files_import_nothing_of_the_package() -> None:
     """Each file of ``remote/`` runs alone on the job's machine: it imports no module of the
     package, not even one beside it."""
     bad = [f"{m} -> {t}" for m, targets in GRAPH.items() if part(m) == "remote" for t in targets]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_integrations_import_only_the_job_api() -> None:
+    """``integrations/`` travels beside the job API, where nothing else of the package is:
+    its files import ``rgt_jupyter.job`` and nothing else of the package."""
+    bad = [
+        f"{m} -> {t}"
+        for m, targets in GRAPH.items()
+        if part(m) == "integrations"
+        for t in targets
+        if t not in (f"{NAME}.job", f"{NAME}.integrations")
+    ]
     assert not bad, "\n".join(bad)
 
 

@@ -81,6 +81,9 @@ def run_dict(run: Run) -> dict[str, Any]:
         "summary": verification.get("summary"),
         "mismatches": verification.get("mismatches", []),
         "checkpoint_loads": verification.get("checkpoint_loads", []),
+        # Each file as loaded, pickled (not loaded: it would run code), refused, failed or
+        # only hashed, and the checkpoint formats recognised.
+        "files": verification.get("files") or {},
         "results": run.results,
     }
 

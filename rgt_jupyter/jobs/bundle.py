@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .. import remote
+from .. import integrations, remote
 from ..errors import LaunchError, TransportError
 from ..store.fsutil import sha256_file
 from ..transport import Transport
@@ -93,12 +93,15 @@ def _push(
 
 def job_files(req: LaunchRequest, inputs: dict[str, bytes]) -> dict[str, bytes]:
     """The files a job needs besides its pushed ones, named relative to its control dir: the
-    program (``code/``), the serialized ``--inputs`` (``inputs/``) and the job API (``lib/``)."""
+    program (``code/``), the serialized ``--inputs`` (``inputs/``) and the job API with the
+    framework integrations beside it (``lib/``)."""
     files = {f"code/{req.program_name}": req.program.encode()}
     for fname, data in inputs.items():
         files[f"inputs/{fname}"] = data
     files["lib/rgt_jupyter/__init__.py"] = _LIB_INIT.encode()
     files["lib/rgt_jupyter/job.py"] = remote.source("job.py")
+    for name, data in integrations.sources().items():
+        files[f"lib/rgt_jupyter/integrations/{name}"] = data
     return files
 
 

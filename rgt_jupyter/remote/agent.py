@@ -21,8 +21,11 @@ compares it with what was sent; on any difference the job is not started and the
 and monotonic time, and this machine's boot-time clock with its boot id, every ``heartbeat_s``: an
 observer ages it by this machine's uptime, whatever its own clock says), ``log`` (the job's
 stdout and stderr), ``env.json``, ``manifest.json`` (sha256 of every output and checkpoint, taken
-when the job ended) and, last, ``exit.json`` (exit code, signal, final state). SIGTERM, SIGUSR2 and SIGINT are forwarded to the
-job's process group; after ``grace_s`` seconds a job that has not exited is killed.
+when the job ended) and, last, ``exit.json`` (exit code, signal, final state). While the job
+reports no progress of its own (``job.progress``), ``run`` appends to ``progress.jsonl`` what its
+tqdm bars and TensorBoard scalars say (:class:`ProgressInference`). SIGTERM, SIGUSR2 and SIGINT
+are forwarded to the job's process group; after ``grace_s`` seconds a job that has not exited is
+killed.
 
 The final state is decided here from the process and artifacts: ``finished`` (exit 0),
 ``preempted`` (a preemption signal reached the job or the agent, or SIGTERM ended it),
@@ -38,6 +41,7 @@ import json
 import os
 import pickle
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -46,6 +50,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 from typing import Any, Dict, List, Optional
 
 SCHEMA = "rgt-agent/1"
@@ -506,12 +511,99 @@ def _error_record(exc: BaseException, program: str) -> dict[str, Any]:
     return record
 
 
+def _atomic_torch_save(torch: Any) -> None:
+    """Make ``torch.save(obj, path)`` write a temporary sibling and rename it once whole.
+
+    A save that raises (an object that cannot be pickled, a full disk) or is killed leaves no
+    file under its name, only a ``.NAME.tmp-PID`` that no manifest lists, so a half-written
+    save is never pulled as a corrupt checkpoint. File objects and non-regular targets pass
+    through unchanged; the bytes written are those ``torch.save`` writes.
+    """
+    original = getattr(torch, "save", None)
+    if original is None or getattr(original, "_rgt_atomic", False):
+        return
+
+    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(f, (str, bytes, os.PathLike)):
+            return original(obj, f, *args, **kwargs)
+        path = os.path.abspath(os.fsdecode(os.fspath(f)))
+        if os.path.exists(path) and not os.path.isfile(path):
+            return original(obj, f, *args, **kwargs)
+        directory, base = os.path.split(path)
+        tmp = os.path.join(directory, ".%s.tmp-%d" % (base, os.getpid()))
+        try:
+            result = original(obj, tmp, *args, **kwargs)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return result
+
+    save.__doc__ = original.__doc__
+    save.__wrapped__ = original  # type: ignore[attr-defined]
+    save._rgt_atomic = True  # type: ignore[attr-defined]
+    torch.save = save
+
+
+class _AfterImport(object):
+    """An import hook that runs ``then(module)`` once ``name`` has been imported for real (the
+    job's own import of torch), without importing it before the job does."""
+
+    def __init__(self, name: str, then: Any) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)  # once, and not for the look-up below
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        loader: Any = getattr(spec, "loader", None)
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+        then = self.then
+
+        def run(module: Any) -> None:
+            exec_module(module)
+            try:
+                then(module)
+            except Exception as exc:  # noqa: BLE001 - the job runs on with the plain function
+                sys.stderr.write("[rgt] could not make torch.save atomic: %r\n" % (exc,))
+
+        loader.exec_module = run  # this spec's own loader object: nothing else sees it
+        return spec
+
+
 def run_cell(program: str) -> int:
-    """Run ``program`` as ``__main__``; on an exception write ``error.json`` and exit 1."""
+    """Run ``program`` as ``__main__``; on an exception write ``error.json`` and exit 1.
+
+    The program gets a module of its own registered as ``sys.modules["__main__"]``, as under
+    ``python program.py``: a class defined in it pickles as ``__main__.Name`` (``torch.save``
+    of a model, multiprocessing) and loads wherever that name is importable, a notebook
+    defining the same class included.
+    """
     program = os.path.abspath(program)
     sys.argv = [program]
     sys.path.insert(0, os.getcwd())
-    namespace = {"__name__": "__main__", "__file__": program, "__builtins__": builtins}
+    main = types.ModuleType("__main__")
+    main.__dict__.update({"__file__": program, "__builtins__": builtins, "__spec__": None})
+    namespace = main.__dict__
+    agent = sys.modules.get("__main__")  # noqa: F841 - this module, kept alive
+    sys.modules["__main__"] = main
+    if "torch" in sys.modules:
+        _atomic_torch_save(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch", _atomic_torch_save))
     control = os.environ.get("RGT_CONTROL_DIR")
     try:
         namespace.update(_load_inputs(os.environ.get("RGT_INPUTS_DIR")))
@@ -532,6 +624,286 @@ def run_cell(program: str) -> int:
         sys.stderr.flush()
         return 1
     return 0
+
+
+# ----------------------------------------------------------------------------- inferred progress
+#
+# A script that never calls job.progress still shows progress: the agent reads the tqdm bars in
+# its log and the TensorBoard scalars under $RGT_OUT, and appends what they say to the same
+# progress.jsonl the view reads (each record marked with its "source"). The first record the job
+# writes itself ends the inference: job.progress always wins.
+
+_SCALE = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+#: A tqdm bar with a total: ``desc: 45%|####5     | 45/100 [00:03<00:04, 12.3it/s, loss=0.5]``.
+_TQDM_TOTAL = re.compile(
+    r"(?:^|[\s|])(\d+(?:\.\d+)?)([kMGT]?)/(\d+(?:\.\d+)?)([kMGT]?)\s*"
+    r"\[([0-9:]+)<([0-9:?]+)(?:,\s*([^\]]*))?\]\s*$"
+)
+#: A tqdm counter without a total: ``desc: 45it [00:03, 12.3it/s, loss=0.5]``.
+_TQDM_COUNT = re.compile(
+    r"(?:^|[\s:])(\d+(?:\.\d+)?)([kMGT]?)[A-Za-z]*\s*\[([0-9:]+)(?:,\s*([^\]<]*))?\]\s*$"
+)
+_TQDM_DESC = re.compile(r"^(.*?)(?:\s*\d+%\|.*)?$")
+
+
+def _tqdm_number(digits: str, scale: str) -> int:
+    return int(round(float(digits) * _SCALE.get(scale, 1.0)))
+
+
+def _postfix(text: Optional[str]) -> Dict[str, float]:
+    """The numbers of a tqdm postfix (``12.3it/s, loss=0.5, lr=1e-3``): ``{"loss": 0.5, ...}``."""
+    metrics: Dict[str, float] = {}
+    for part in (text or "").split(", "):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            continue
+        try:
+            number = float(value.strip())
+        except ValueError:
+            continue
+        if number == number and number not in (float("inf"), float("-inf")):
+            metrics[key.strip()] = number
+    return metrics
+
+
+def parse_tqdm(segment: str) -> Optional[Dict[str, Any]]:
+    """One tqdm update (a ``\r``- or newline-separated segment of the log) as ``{"desc",
+    "step", "total", "metrics"}``; None when the segment is not a tqdm bar."""
+    text = segment.strip()
+    if "[" not in text or not text.endswith("]"):
+        return None
+    m = _TQDM_TOTAL.search(text)
+    if m is not None:
+        step, total = _tqdm_number(m.group(1), m.group(2)), _tqdm_number(m.group(3), m.group(4))
+        head, tail = text[: m.start()], m.group(7)
+    else:
+        m = _TQDM_COUNT.search(text)
+        if m is None:
+            return None
+        step, total, head, tail = (
+            _tqdm_number(m.group(1), m.group(2)),
+            None,
+            text[: m.start()],
+            m.group(4),
+        )
+    desc_m = _TQDM_DESC.match(head)
+    desc = (desc_m.group(1) if desc_m else head).strip().rstrip(":").strip()
+    return {"desc": desc, "step": step, "total": total, "metrics": _postfix(tail)}
+
+
+#: Run under the job's own interpreter (``python -c``, with the dir to read and this agent's
+#: pid): the latest value of every TensorBoard scalar written under the dir, one JSON line
+#: per pass over its event files.
+_TB_READER = r"""
+import json, os, sys, time
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.util import tensor_util
+root, agent = sys.argv[1], int(sys.argv[2])
+loaders, latest = {}, {}
+while os.getppid() == agent:
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if "tfevents" in name and path not in loaders:
+                loaders[path] = EventFileLoader(path)
+    for path in sorted(loaders):
+        for event in loaders[path].Load():
+            if not event.HasField("summary"):
+                continue
+            for value in event.summary.value:
+                kind = value.WhichOneof("value")
+                if kind == "simple_value":
+                    number = float(value.simple_value)
+                elif kind == "tensor" and value.metadata.plugin_data.plugin_name == "scalars":
+                    number = float(tensor_util.make_ndarray(value.tensor).item())
+                else:
+                    continue
+                latest[value.tag] = [int(event.step), number]
+    sys.stdout.write(json.dumps(latest) + "\n")  # each pass: the agent counts them
+    sys.stdout.flush()
+    time.sleep(0.5)
+"""
+
+
+class ProgressInference(object):
+    """Progress of a job that does not report it: its tqdm bars and TensorBoard scalars.
+
+    tqdm is read from the job's log here, with the standard library. TensorBoard event files
+    are read by TensorBoard's own event reader, in a child process under the job's interpreter
+    (``launch.json``'s ``python``), started only once an event file appears under ``$RGT_OUT``:
+    that interpreter is the one that wrote them (``torch.utils.tensorboard`` needs the package
+    there), while this agent stays on the standard library and never imports it; a reader
+    that fails (no ``tensorboard`` there, a crash) leaves the agent untouched, and the
+    progress comes from tqdm alone. Once the job writes a record of its own (``job.progress``),
+    nothing more is inferred.
+    """
+
+    def __init__(self, control: str, out_dir: str, python: str) -> None:
+        self.log_path = os.path.join(control, "log")
+        self.progress_path = os.path.join(control, "progress.jsonl")
+        self.out_dir = out_dir
+        self.python = python
+        self.offset = self._size(self.log_path)
+        self.base = self._size(self.progress_path)
+        self.written = 0
+        self.tail = ""
+        self.bars: Dict[str, Dict[str, Any]] = {}
+        self.seq = 0
+        self.tb: Dict[str, List[float]] = {}
+        self.tb_passes = 0
+        self.tb_proc: Optional["subprocess.Popen[bytes]"] = None
+        self.tb_failed = False
+        self.next_scan = 0.0
+        self.last: Optional[Dict[str, Any]] = None
+        self.stopped = False
+
+    @staticmethod
+    def _size(path: str) -> int:
+        try:
+            return os.path.getsize(path)
+        except OSError:
+            return 0
+
+    def job_reports(self) -> bool:
+        """Whether the job itself wrote progress since the agent started."""
+        return self._size(self.progress_path) > self.base + self.written
+
+    def read_log(self) -> None:
+        size = self._size(self.log_path)
+        if size <= self.offset:
+            return
+        start = max(self.offset, size - (1 << 20))  # a burst of output: only its end matters
+        with open(self.log_path, "rb") as fh:
+            fh.seek(start)
+            data = fh.read(size - start)
+        self.offset = start + len(data)
+        text = self.tail + data.decode("utf-8", errors="replace")
+        segments = re.split(r"[\r\n]", text)
+        self.tail = segments[-1][-4096:]
+        for segment in segments:
+            bar = parse_tqdm(segment)
+            if bar is not None:
+                self.seq += 1
+                bar["seq"] = self.seq
+                self.bars[bar["desc"]] = bar
+
+    def read_tensorboard(self) -> None:
+        if self.tb_proc is None and not self.tb_failed and time.monotonic() >= self.next_scan:
+            self.next_scan = time.monotonic() + 2.0
+            if _has_event_file(self.out_dir):
+                try:
+                    self.tb_proc = subprocess.Popen(
+                        [self.python, "-c", _TB_READER, self.out_dir, str(os.getpid())],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL,
+                    )
+                except OSError:
+                    self.tb_failed = True
+                    return
+                threading.Thread(target=self._tb_lines, args=(self.tb_proc,), daemon=True).start()
+        if self.tb_proc is not None and self.tb_proc.poll() not in (None, 0):
+            self.tb_failed = True  # no tensorboard under the job's interpreter: tqdm alone
+
+    def _tb_lines(self, proc: "subprocess.Popen[bytes]") -> None:
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, b""):
+            try:
+                latest = json.loads(line.decode("utf-8", errors="replace"))
+            except ValueError:
+                continue
+            if isinstance(latest, dict):
+                self.tb = latest
+                self.tb_passes += 1
+
+    def record(self) -> Optional[Dict[str, Any]]:
+        """What the bars and scalars say now: the bar with the largest total (the run's, not
+        an evaluation's), the newest on a tie; TensorBoard's scalars as metrics."""
+        record: Dict[str, Any] = {}
+        sources = []
+        if self.bars:
+            bar = max(self.bars.values(), key=lambda b: (b["total"] or -1, b["seq"]))
+            record.update(bar["metrics"])
+            record["step"] = bar["step"]
+            if bar["total"] is not None:
+                record["total"] = bar["total"]
+            sources.append("tqdm")
+        scalars = dict(self.tb)
+        if scalars:
+            for tag, (_step, value) in sorted(scalars.items()):
+                record[tag] = value
+            record.setdefault("step", int(max(step for step, _ in scalars.values())))
+            sources.append("tensorboard")
+        if not sources:
+            return None
+        record["source"] = "+".join(sources)
+        return record
+
+    def poll(self) -> None:
+        """Read what is new and append a record when it says something new."""
+        if self.stopped:
+            return
+        if self.job_reports():
+            self.stop()
+            return
+        try:
+            self.read_log()
+            self.read_tensorboard()
+        except OSError:
+            return
+        record = self.record()
+        if record is None or record == self.last:
+            return
+        self.last = dict(record)
+        record["t"] = _now()
+        line = (json.dumps(record, sort_keys=True) + "\n").encode()
+        fd = os.open(self.progress_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        self.written += len(line)
+
+    def finish(self, wait_s: float = 20.0) -> None:
+        """The job ended: one last read (its final bar, its last scalars), then stop. Event
+        files the job wrote are read to their end first: two passes of the reader that began
+        after the job's end (it is started now if it was not yet)."""
+        if not self.stopped and not self.job_reports():
+            self.next_scan = 0.0
+            self.read_tensorboard()
+            passes = self.tb_passes
+            deadline = time.monotonic() + wait_s
+            while (
+                self.tb_proc is not None
+                and self.tb_proc.poll() is None
+                and self.tb_passes < passes + 2
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.1)
+        self.poll()
+        self.stop()
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.tb_proc is not None and self.tb_proc.poll() is None:
+            self.tb_proc.terminate()
+            try:
+                self.tb_proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.tb_proc.kill()
+
+
+def _has_event_file(root: str, limit: int = 10000) -> bool:
+    """Whether a TensorBoard event file lies under ``root`` (looking at ``limit`` names)."""
+    seen = 0
+    for _dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            if "tfevents" in name:
+                return True
+        seen += len(filenames)
+        if seen > limit:
+            return False
+    return False
 
 
 # ----------------------------------------------------------------------------- supervision
@@ -687,6 +1059,24 @@ class Supervisor:
                 pass  # a full disk must not end the job; the log says why elsewhere
             time.sleep(every)
 
+    def infer_loop(self, infer: ProgressInference) -> None:
+        """Progress read from the job's tqdm bars and TensorBoard scalars, every second, while
+        it runs and does not report its own."""
+        while self.child is not None and self.child.poll() is None and not infer.stopped:
+            try:
+                infer.poll()
+            except Exception as exc:  # noqa: BLE001 - inferred progress must not end the job
+                sys.stderr.write("agent: progress inference stopped: %r\n" % (exc,))
+                infer.stop()
+                return
+            time.sleep(1.0)
+
+    def infer_end(self, infer: ProgressInference) -> None:
+        try:
+            infer.finish()
+        except Exception as exc:  # noqa: BLE001 - the job's end is recorded regardless
+            sys.stderr.write("agent: progress inference stopped: %r\n" % (exc,))
+
     def job_env(self) -> dict[str, str]:
         env = dict(os.environ)
         for name in self.spec.get("secret_names", []):
@@ -830,6 +1220,11 @@ class Supervisor:
         next_beat = time.monotonic() + interval
         sampler = threading.Thread(target=self.sample_loop, daemon=True)
         sampler.start()
+        infer = None
+        if self.spec.get("infer_progress", True):
+            infer = ProgressInference(self.control, self.spec["out_dir"], self.spec["python"])
+            inferring = threading.Thread(target=self.infer_loop, args=(infer,), daemon=True)
+            inferring.start()
         while True:
             rc = self.child.poll()
             if rc is not None:
@@ -848,6 +1243,9 @@ class Supervisor:
         if tee is not None:
             tee.join(30)
         log.close()
+        if infer is not None:
+            inferring.join(10)
+            self.infer_end(infer)
         env_thread.join(60)  # provenance of a short job must not be lost to its quick end
         state = self.final_state(rc)
         requeue = state == "failed" and self.walltime_warned() and self.requeues_left()

@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Callable
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -45,6 +46,10 @@ __all__ = [
     "out_dir",
     "ckpt_dir",
     "secret",
+    "seal_checkpoint",
+    "checkpoint_complete",
+    "rng_state",
+    "restore_rng",
 ]
 
 _CKPT_RE = re.compile(r"^ckpt-(\d{10})\.(pt|json)$")
@@ -670,6 +675,101 @@ def load_latest() -> dict[str, Any] | None:
         sys.stderr.write("[rgt] loaded %s (step %d)\n" % (name, step))
         return payload
     return None
+
+
+# ----------------------------------------------------------------------------- other writers' checkpoints
+#
+# Checkpoints a framework writes (a Trainer's checkpoint-N dir, a Lightning .ckpt) are judged
+# complete the same way as this module's own: by a sha256 record written once they are whole.
+
+_SEAL = "rgt-complete.sha256"
+_TORCH_FILES = (".pt", ".pth", ".bin", ".ckpt")
+
+
+def seal_checkpoint(path: str) -> str:
+    """Record ``path`` (a checkpoint file, or a dir of them) as complete: a sha256 record,
+    written atomically once its bytes are there (``PATH.sha256`` for a file,
+    ``rgt-complete.sha256`` inside a dir). :func:`checkpoint_complete` checks against it."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        lines = []
+        for rel in _files_under(path):
+            if rel != _SEAL:
+                lines.append("%s  %s\n" % (_sha256_file(os.path.join(path, rel)), rel))
+        record = os.path.join(path, _SEAL)
+    else:
+        lines = ["%s  %s\n" % (_sha256_file(path), os.path.basename(path))]
+        record = path + ".sha256"
+    data = "".join(lines).encode()
+    _atomic_write(record, lambda fh: fh.write(data))
+    return record
+
+
+def _files_under(root: str) -> List[str]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if not (name.startswith(".") and ".tmp-" in name):
+                rel = os.path.relpath(os.path.join(dirpath, name), root)
+                found.append(rel.replace(os.sep, "/"))
+    return found
+
+
+def checkpoint_complete(path: str) -> bool:
+    """Whether a checkpoint file or dir is whole: its bytes match the record
+    :func:`seal_checkpoint` wrote; without a record, every torch file in it is an intact zip
+    (``torch.save``'s format, CRC-checked) and every safetensors file has its header and all
+    the bytes the header names (a save cut short fails both)."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        record = os.path.join(path, _SEAL)
+        if os.path.exists(record):
+            return _matches(record, path)
+        files = [os.path.join(path, rel) for rel in _files_under(path)]
+        weights = [f for f in files if f.endswith(_TORCH_FILES + (".safetensors",))]
+        return bool(weights) and all(_intact(f) for f in weights)
+    if os.path.exists(path + ".sha256"):
+        return _matches(path + ".sha256", os.path.dirname(path))
+    return os.path.isfile(path) and _intact(path)
+
+
+def _matches(record: str, root: str) -> bool:
+    try:
+        with open(record) as fh:
+            entries = [line.split(None, 1) for line in fh.read().splitlines() if line.strip()]
+        return bool(entries) and all(
+            len(e) == 2 and _sha256_file(os.path.join(root, e[1].strip())) == e[0] for e in entries
+        )
+    except OSError:
+        return False
+
+
+def _intact(path: str) -> bool:
+    """A torch zip whose members all pass their CRC, or a safetensors file as long as its
+    header says."""
+    try:
+        if path.endswith(".safetensors"):
+            with open(path, "rb") as fh:
+                size = int.from_bytes(fh.read(8), "little")
+                header = json.loads(fh.read(size))
+            ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+            return os.path.getsize(path) >= 8 + size + max(ends or [0])
+        with zipfile.ZipFile(path) as zf:
+            return zf.testzip() is None
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
+        return False
+
+
+def rng_state() -> Dict[str, Any]:
+    """The python, numpy and torch (and CUDA) RNG states, as :func:`save_checkpoint` saves them
+    (plain lists and tensors, loadable with ``weights_only=True``)."""
+    return _rng_state()
+
+
+def restore_rng(state: Dict[str, Any]) -> None:
+    """Restore RNG states taken by :func:`rng_state`."""
+    _restore_rng(state)
 
 
 def _record_torch() -> None:

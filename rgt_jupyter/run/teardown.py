@@ -7,7 +7,10 @@ from what a remote claims. For every job of the machine (the latest attempt of e
 2. every file the job left (listed and hashed now, where it lives) was pulled;
 3. every hash matches: the fresh remote hash, the manifest of the pulled run, and the pulled
    bytes re-hashed now;
-4. every pulled checkpoint loads (``weights_only=True``, separate time-limited process);
+4. every pulled checkpoint loads (``weights_only=True`` and an allowlist of plain data types,
+   separate time-limited process); one pickled with a class outside the allowlist is not loaded
+   (``pickled: not loaded, it would run code``): it passes verified by sha256 only, and the line
+   is shown with the gate and kept in every decision record (``disclosed``);
 5. the code deployed on the machine is the code intended (re-hashed there now);
 6. no checkpoint appeared after the pull was verified.
 
@@ -38,7 +41,8 @@ from ..store.fsutil import atomic_write_bytes, sha256_file
 from ..store.registry import Registry
 from ..transport import Transport, get_transport
 from .phases import phase
-from .pull import is_checkpoint, load_checkpoints, remote_listing
+from .pull import remote_listing
+from .pull.formats import PASSING, PICKLED_LINE, disclosures, load_checkpoints, to_check, verdict
 from .secrets import drop_leftover_secrets
 
 if TYPE_CHECKING:
@@ -66,6 +70,8 @@ class Check:
     ok: bool
     detail: str
     job_id: str = ""
+    #: Lines the user approves with, shown and recorded (files verified by sha256 only).
+    disclosed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,11 @@ class Gate:
         """True when every check holds (and there was something to check)."""
         return bool(self.checks) and all(c.ok for c in self.checks)
 
+    @property
+    def disclosed(self) -> list[str]:
+        """What an approval of this gate accepts as it is: each file verified by sha256 only."""
+        return [line for c in self.checks for line in c.disclosed]
+
     def reasons(self) -> list[str]:
         """Why the gate fails, one line per failing check."""
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
@@ -126,6 +137,7 @@ class Gate:
             "computed_at": self.computed_at,
             "verb": self.machine.profile.meter_stop.verb,
             "destroys": self.destroys,
+            "disclosed": self.disclosed,
         }
 
     def text(self) -> str:
@@ -134,6 +146,7 @@ class Gate:
         lines = [f"Teardown of {self.machine.label()}: {'PASSES' if self.passed else 'REFUSED'}"]
         for c in self.checks:
             lines.append(f"  [{'x' if c.ok else ' '}] {c.name}: {c.detail}")
+            lines += [f"      disclosed: {line}" for line in c.disclosed]
         if not self.checks:
             lines.append("  (no job of this project ran on this machine)")
         lines.append(f"Meter-stop verb: {ms.verb}" + (" (irreversible)" if ms.irreversible else ""))
@@ -279,20 +292,17 @@ def _job_checks(
             jid,
         )
     )
-    ckpts = [
-        run_dir / e["path"]
-        for e in manifest["files"]
-        if is_checkpoint(e["path"]) and (run_dir / e["path"]).is_file()
-    ]
+    ckpts = [run_dir / rel for rel in to_check(pulled) if (run_dir / rel).is_file()]
     loads = load_checkpoints(ckpts, timeout=120 + sum(p.stat().st_size for p in ckpts) / 20e6)
-    failed = [f"{Path(k).name}: {v['detail']}" for k, v in loads.items() if not v["ok"]]
+    report = [{**v, "path": str(Path(k).relative_to(run_dir))} for k, v in sorted(loads.items())]
+    failed = [
+        f"{r['path']}: {r.get('why') or r['detail']}" for r in report if verdict(r) not in PASSING
+    ]
+    shown = disclosures(report)
+    loaded = f"{sum(verdict(r) == 'loaded' for r in report)} checkpoint(s) loaded just now"
+    pickled = f", {len(shown)} {PICKLED_LINE} (disclosed below)" if shown else ""
     out.append(
-        Check(
-            CHECKS[3],
-            not failed,
-            "; ".join(failed[:3]) if failed else f"{len(ckpts)} checkpoint(s) loaded just now",
-            jid,
-        )
+        Check(CHECKS[3], not failed, "; ".join(failed[:3]) or loaded + pickled, jid, tuple(shown))
     )
     out.append(_deployed_check(row, transport))
     out.append(

@@ -63,15 +63,20 @@ def progress_text(progress: dict[str, Any] | None) -> str:
         else f"step {_count(step)}"
     )
     metrics = []
-    for k, v in list(progress.items())[: MAX_METRICS + 3]:
-        if k in ("t", "step", "total"):
+    for k, v in list(progress.items())[: MAX_METRICS + 4]:
+        if k in ("t", "step", "total", "source"):
             continue
         number = finite(v)
         if isinstance(v, float) and number is not None:
             metrics.append(f"{short_text(k, 30)}={v:.4g}")
         else:
             metrics.append(f"{short_text(k, 30)}={short_text(v, 40)}")
-    return "  ".join([text, *metrics[:MAX_METRICS]])
+    metrics = metrics[:MAX_METRICS]
+    source = progress.get("source")
+    if isinstance(source, str) and source:
+        # Read from the job's tqdm bar or TensorBoard events, not reported by job.progress.
+        metrics.append(f"(from {short_text(source, 24)})")
+    return "  ".join([text, *metrics])
 
 
 def rate_text(records: list[dict[str, Any]], snap: Snapshot) -> str:

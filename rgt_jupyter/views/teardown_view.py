@@ -1,7 +1,8 @@
 """``%teardown``: the teardown gate as a widget (checklist, what the verb destroys, approval).
 
 The Approve button is enabled only when the gate passes; overriding a failing gate needs the
-instance id typed. Buttons call :mod:`.teardown` and nothing else; without a widget frontend
+instance id typed. Files the gate passes verified by sha256 only (pickled, not loaded) are shown
+under their check as ``disclosed:`` lines, and recorded with the decision. Buttons call :mod:`.teardown` and nothing else; without a widget frontend
 the same gate shows as text with the ``rgt down`` command to use.
 """
 
@@ -34,7 +35,11 @@ def gate_html(gate: Gate) -> str:
     )
     rows = "".join(
         f"<li>{'&#9745;' if c.ok else '&#9744;'} <b>{html.escape(c.name)}</b>: "
-        f"{html.escape(c.detail)}</li>"
+        f"{html.escape(c.detail)}"
+        + "".join(
+            f"<div class='rgt-disclosed'>disclosed: {html.escape(d)}</div>" for d in c.disclosed
+        )
+        + "</li>"
         for c in gate.checks
     )
     parts = [
@@ -203,8 +208,9 @@ class TeardownText:
 
     def text(self) -> str:
         """The checklist and the next command."""
+        accepts = " (approving accepts the disclosed files as verified by sha256 only)"
         hint = (
-            f"Approve with: rgt down {self.name} --yes"
+            f"Approve with: rgt down {self.name} --yes" + (accepts if self.gate.disclosed else "")
             if self.gate.passed
             else f"Override with: rgt down {self.name} --override {self.gate.machine.platform_id}"
         )

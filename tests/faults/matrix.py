@@ -59,7 +59,9 @@ MATRIX: dict[str, str] = {
     "B-logs": "non-UTF-8, ANSI-laden, \\r-heavy and 100 MB single-line logs",
     "B-status": "a malformed or hostile status.json (claims of 'verified')",
     "B-profiles": "malformed profiles",
-    "B-pickle": "a pickled checkpoint that would run code on a plain torch.load",
+    "B-pickle": "checkpoints as frameworks save them (HF Trainer and Accelerate folders, "
+    "Lightning .ckpt, safetensors whole or cut short, numpy RNG state, Namespace, a pickled "
+    "dataclass) and pickled checkpoints that would run code on a plain torch.load",
     "B-notebooks": "notebooks with malformed JSON or outputs",
     "B-properties": "generated inputs (hypothesis): manifests, names, command lines, numbers",
 }

@@ -3,8 +3,12 @@
 Every file lands as ``<name>.part``, hashed while written, fsynced, and is renamed to its name only
 when its sha256 equals both the pull-time listing and the end-of-job manifest the agent wrote
 when the job exited (so a file altered or truncated after the job wrote it is caught). Each
-checkpoint is then loaded in a separate, time-limited process with ``weights_only=True``. The run
-is ``verified`` only when every hash matches and every checkpoint loads. The whole run dir is
+checkpoint (:mod:`.formats` says which files, and names the folders frameworks write) is then
+loaded in a separate, time-limited process with ``weights_only=True`` and an allowlist of plain
+data types. The run is ``verified`` only when every hash matches and every checkpoint loads, or,
+pickled with a class outside the allowlist, stands verified by sha256 only (disclosed as
+``pickled: not loaded, it would run code``); ``verification.json`` and ``run.json`` say per file
+which were loaded, which only hashed. The whole run dir is
 assembled under a hidden partial name and renamed into place at the end; an existing run is never
 touched, and a second pull mints a new run id.
 
@@ -22,11 +26,8 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -48,10 +49,10 @@ from ...store.registry import Registry
 from ...transport import Transport, get_transport
 from ..phases import phase
 from ..secrets import drop_leftover_secrets
+from .formats import PASSING, file_checks, load_checkpoints, to_check, verdict
 from .record import build_run_json
 from .resume import partial_dir, settle_interrupted_pull
 
-CKPT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
 ProgressFn = Callable[[int, int, str], None]
 
 #: One pull takes at most this many files: past it, per-file work (a fsync, a rename, a hash
@@ -61,15 +62,6 @@ MAX_LISTING_FILES = 100_000
 #: memory (a listing of MAX_LISTING_FILES files with ordinary names is some 30 MB).
 MAX_LISTING_BYTES = 128 << 20
 _FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-def is_checkpoint(rel: str) -> bool:
-    """Whether a pulled file (path relative to the run) is a checkpoint to load."""
-    return (
-        rel.startswith("checkpoints/")
-        and (rel.endswith(CKPT_SUFFIXES) or PurePosixPath(rel).name.startswith("ckpt-"))
-        and not rel.endswith(".sha256")
-    )
 
 
 def safe_relpath(rel: str) -> PurePosixPath:
@@ -126,37 +118,6 @@ def check_space(dest_root: Path, nbytes: int, nfiles: int) -> None:
             f"files, their folders and the run's records), {st.f_favail} are free. Free some "
             "there (delete files) or pull elsewhere with --to DIR."
         )
-
-
-def load_checkpoints(paths: list[Path], timeout: float) -> dict[str, dict[str, Any]]:
-    """Load checkpoints in a separate process with a time limit (see :mod:`rgt_jupyter.run.safe_load`)."""
-    if not paths:
-        return {}
-    argv = [sys.executable, "-m", "rgt_jupyter.run.safe_load", *map(str, paths)]
-    # The loader must import this very package, wherever it was imported from.
-    package_root = str(Path(str(resources.files("rgt_jupyter"))).parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
-        return {
-            str(p): {"ok": False, "detail": f"loading took longer than {timeout:.0f} s"}
-            for p in paths
-        }
-    try:
-        results: dict[str, dict[str, Any]] = json.loads(proc.stdout)
-    except ValueError:
-        detail = proc.stderr.decode(errors="replace")[-500:]
-        return {str(p): {"ok": False, "detail": f"loader crashed: {detail}"} for p in paths}
-    return results
 
 
 def _sidecar_sha(transport: Transport, spec: JobSpec, rel: str) -> list[str] | None:
@@ -541,7 +502,7 @@ def _land(
         ) from exc
     landed, mismatches = moved["landed"], moved["mismatches"]
 
-    ckpts = [partial / e["path"] for e in landed if is_checkpoint(e["path"])]
+    ckpts = [partial / rel for rel in to_check(e["path"] for e in landed)]
     ckpt_bytes = sum(p.stat().st_size for p in ckpts)
     checking = phase(f"checking that {len(ckpts)} checkpoint(s) load (a separate process)")
     with checking if ckpts else contextlib.nullcontext():
@@ -549,6 +510,7 @@ def _land(
     load_report = [
         {"path": str(Path(k).relative_to(partial)), **v} for k, v in sorted(loads.items())
     ]
+    checks = file_checks((e["path"] for e in landed), load_report)
 
     results_src = partial / "outputs" / "results.json"
     if results_src.exists():
@@ -560,7 +522,7 @@ def _land(
                 "sha256": next(e["sha256"] for e in landed if e["path"] == "outputs/results.json"),
             }
         )
-    verified = not mismatches and all(r["ok"] for r in load_report) and bool(landed)
+    verified = not mismatches and all(verdict(r) in PASSING for r in load_report) and bool(landed)
     verification = {
         "verified": verified,
         "checked_at": time.time(),
@@ -571,10 +533,13 @@ def _land(
         ),
         "summary": (
             f"{len(landed)} files match, {len(mismatches)} mismatched, "
-            f"{sum(r['ok'] for r in load_report)}/{len(load_report)} checkpoints load"
+            f"{len(checks['loaded'])}/{len(load_report)} checkpoints load"
+            + (f", {len(checks['pickled'])} pickled: not loaded" if checks["pickled"] else "")
+            + f", {len(checks['hashed'])} only hashed"
         ),
         "mismatches": mismatches,
         "checkpoint_loads": load_report,
+        "files": checks,
         "bytes_sent": moved["bytes_sent"],
         "bytes_total": total,
     }

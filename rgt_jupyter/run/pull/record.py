@@ -9,6 +9,20 @@ from typing import Any
 from ...jobs.spec import JobSpec
 from ...store.provenance import canonical_hash, git_state
 
+#: ``run.json`` names at most this many files per kind of check (``verification.json`` all).
+MAX_LISTED = 200
+
+
+def _capped(checks: dict[str, Any]) -> dict[str, Any]:
+    """What was done to each file (loaded, pickled, refused, failed, only hashed), with the
+    folders recognised; each list cut at :data:`MAX_LISTED`, with its count."""
+    out: dict[str, Any] = {"formats": checks.get("formats", [])}
+    for kind in ("loaded", "pickled", "refused", "failed", "hashed"):
+        paths = checks.get(kind, [])
+        out[kind] = paths[:MAX_LISTED]
+        out[f"{kind}_count"] = len(paths)
+    return out
+
 
 def build_run_json(
     *,
@@ -67,7 +81,10 @@ def build_run_json(
             "pulled": pulled_at,
         },
         "exit": exit_rec,
-        "verification": {k: verification[k] for k in ("verified", "reference", "summary")},
+        "verification": {
+            **{k: verification[k] for k in ("verified", "reference", "summary")},
+            "files": _capped(verification.get("files") or {}),
+        },
     }
     record["provenance_hash"] = canonical_hash(record)
     return record
