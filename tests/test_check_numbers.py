@@ -218,15 +218,20 @@ def test_code_literals_and_outputs(project: Path, tmp_path: Path) -> None:
     found = {(i.cell_index, i.line, i.text): (i.status, i.reason) for i in items}
     assert found[(0, 1, "31.42")] == ("typed", "metric value hardcoded (psnr)")
     assert found[(0, 2, "0.8912")][0] == "typed"
-    assert found[(0, 3, "0.37")][0] == "ambiguous"
+    # A literal with no result name that no run shows is no result.
+    assert found[(0, 3, "0.37")][0] == "ignored"
+    assert (found[(0, 3, "0.37")][1] or "").startswith("code literal")
     assert found[(1, 1, "31.42")] == ("ignored", "pragma: rgt: literal")
     assert found[(1, 2, "6.5")] == ("ignored", "safe code literal: figsize")
     assert found[(3, 2, "31.42")][0] == "typed"  # after a %%time line
-    assert found[(4, 3, "45.5")][0] == "ambiguous"  # IPython syntax is transformed first
+    # IPython syntax is transformed first: the literal is read as code.
+    assert (found[(4, 3, "45.5")][1] or "").startswith("code literal")
     typed_code = next(i for i in items if i.cell_index == 0 and i.line == 1)
     assert typed_code.match is not None and typed_code.match["key_path"] == "test.psnr"
     out = {i.text: i for i in report.items if i.where == "output"}
-    assert out["31.42"].status == "ambiguous"  # untagged, may come from results.json
+    # Untagged, and the source does not type it: computed (here, read from results.json).
+    assert out["31.42"].status == "ignored"
+    assert (out["31.42"].reason or "").startswith("computed by the cell")
     assert out["30.95"].status == "typed"  # echoes the string typed in the source
     assert out["30.95"].output_index == 0 and out["30.95"].line == 2
 

@@ -52,7 +52,7 @@ def results(project: Path) -> Path:
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
-        ("The backbone has 23.5M parameters.", "count (parameters)"),
+        ("The backbone has 23.5M parameters.", "count"),
         ("We pretrain on 118k images.", "count (images)"),
         ("It holds 10000 test images.", "count (images)"),
         ("Across 15 corruptions the drop is small.", "count (corruptions)"),

@@ -9,11 +9,19 @@ the code cells' numeric literals and of their saved outputs is found
   is no longer the results file's);
 * ``ignored``: years, dates, versions, section and figure numbers, identifiers (ResNet-50),
   code-like text, execution noise, safe code literals (figsize, ``range()``), configuration
-  literals in code (lr, epochs, seeds) and pragmas, each with its reason;
-* ``ambiguous``: too small to judge (unanchored 0–10, fewer than 2 significant digits), or a
-  number in an untagged output that the static pass cannot tell from a typed one;
-* ``typed``: the rest. A typed number equal to a results.json value at its display rounding
-  gets the match and a placeholder to use instead.
+  literals in code and settings named in prose or tables (lr, epochs, batch size), counts
+  (``15 corruptions``, ``52K instruction-following data``), model sizes, hardware and setup
+  figures, reference lists, citations, money, outputs the cell computed, and numbers with no
+  result word near them that no run shows; each with its reason;
+* ``ambiguous``: one significant digit and no result word, yet equal to a results.json value;
+* ``typed``: the rest (a result word near it, a ``±``, a table of results, or a run showing
+  it). A typed number equal to a results.json value at its display rounding gets the match and
+  a placeholder to use instead; one that shows an older run of a job than its newest is
+  ``stale``, with the newest run's placeholder.
+
+The innocent classes are decided by the words and structure around a number (its sentence,
+its table cell's headers, the heading it is under), not by a list of exceptions; the labelled
+corpus of ``tests/fixtures/numbers_corpus/`` measures them (``bench/check_numbers_corpus.py``).
 
 Disclose mode exits 0; ``--strict`` exits 1 while a typed or stale number remains.
 

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from ...verify.model import open_problems
-from ..numtokens import METRIC_WORDS, RESULT_WORDS, CodeScanner, TextScanner, Token, metric_named
+from ..numtokens import (
+    METRIC_WORDS,
+    MULTIPLIER,
+    RESULT_WORDS,
+    CodeScanner,
+    TextScanner,
+    Token,
+    metric_named,
+)
 from .index import Leaf, ResultsIndex, core, fmt_for
 from .report import NumberItem
 
@@ -239,19 +247,38 @@ class Checker:
         value = abs(tok.value or 0.0)
         if where in _CODE_TEXT and not tok.anchored and found is None:
             status, reason = "ignored", "code text without a result word or a results.json match"
-        elif tok.sig < 2:
-            status, reason = "ambiguous", "fewer than 2 significant digits"
-        elif tok.year_like and found is None:
-            status, reason = "ambiguous", "year-like number near a metric word"
-        elif not tok.anchored and value <= 10 and not (found and tok.sig >= 3):
-            status, reason = "ambiguous", "unanchored number between 0 and 10"
         elif where == "output" and not tagged:
             if echoes is not None and _body(tok.text) in echoes:
                 status, reason = "typed", "the output repeats a number typed in the cell source"
             else:
-                status, reason = "ambiguous", "untagged output (generated or typed: run-time check)"
+                status, reason = "ignored", "computed by the cell (its source does not type it)"
+        elif tok.role == "uncertainty":
+            status, reason = "typed", "the ± of a reported result"
+        elif tok.year_like and found is None:
+            status, reason = "ignored", "year"
+        elif tok.suffix in MULTIPLIER and not tok.anchored and found is None:
+            status, reason = "ignored", "a size or count (K/M/B) with no result word"
+        elif tok.sig < 2 and not tok.anchored and found is None:
+            status, reason = "ignored", "one significant digit and no result word"
+        elif tok.sig < 2 and not tok.anchored:
+            status, reason = "ambiguous", "one significant digit, equal to a results.json value"
+        elif not tok.anchored and value <= 10 and not (found and tok.sig >= 3):
+            status, reason = "ignored", "a small number with no result word"
         elif where == "output":
             status, reason = "typed", "not among the output's recorded generated values"
+        elif (
+            not tok.close & self.text.anchors
+            and found is None
+            and not tok.header
+            and tok.decimals == 0
+            and not tok.measured
+            and tok.suffix not in ("%", "‰", "pp", "×", "x")
+        ):
+            # A whole number in prose with no result word near it and no run showing it: a
+            # count, a price, a name's number; a result in a table or with decimals is typed.
+            status, reason = "ignored", "a whole number with no result word and no run match"
+        elif tok.setting and found is None and not tok.close & self.text.anchors - {"test"}:
+            status, reason = "ignored", f"configuration (the sentence is about {tok.setting})"
         else:
             status, reason = "typed", None
         item = self._item(base, where, tok, status, reason)
@@ -313,7 +340,9 @@ class Checker:
         elif found is not None and tok.sig >= 3:
             item = self._item(base, where, tok, "typed", "literal equal to a results.json value")
         else:
-            item = self._item(base, where, tok, "ambiguous", "code literal")
+            item = self._item(
+                base, where, tok, "ignored", "code literal (no result name, no results.json match)"
+            )
         if found is not None:
             self._matched(item, tok, *found)
 

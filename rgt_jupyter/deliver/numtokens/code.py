@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..numtext import decimals_of
+from .context import CONFIG_NAMES, CONFIG_PARTS
 from .text import METRIC_WORDS, TOKEN, Token, sig_digits
 
 # Names in code whose literal is a metric value (``psnr = 31.42``, ``{"acc": 0.9}``).
@@ -24,20 +25,6 @@ _LAYOUT_NAMES = frozenset(
     markeredgewidth mew bbox_to_anchor loc wspace hspace aspect framealpha handlelength
     columnspacing indent axis dim dims decimals ndigits precision maxsplit timeout max_workers
     fontweight markevery ticks xticks yticks""".split()
-)
-_CONFIG_NAMES = frozenset(
-    """lr learning_rate epochs num_epochs n_epochs max_epochs steps max_steps num_steps n_steps
-    total_steps warmup warmup_steps warmup_ratio batch_size bs seed random_state random_seed
-    weight_decay wd momentum dropout drop_rate num_workers workers hidden hidden_size
-    hidden_dim embed_dim d_model layers num_layers n_layers depth heads num_heads n_heads
-    patience gamma beta beta1 beta2 betas eps epsilon temperature max_len max_length seq_len
-    image_size img_size crop_size resolution n_estimators max_depth k n_splits folds grad_clip
-    clip max_norm accumulation_steps grad_accum log_every eval_every save_every print_every
-    label_smoothing num_samples n_samples""".split()
-)
-_CONFIG_PARTS = frozenset(
-    """lr epochs epoch steps step batch seed decay momentum dropout workers warmup layers heads
-    hidden patience iters iterations iter""".split()
 )
 _RANGE_CALLS = frozenset({"range", "enumerate", "islice", "arange", "linspace", "logspace"})
 _SEED_CALLS = frozenset(
@@ -58,6 +45,7 @@ _TEXT_SINKS = frozenset(
 )
 _TEXT_KEYWORDS = frozenset("label title text xlabel ylabel caption s".split())
 _FORMAT_FIELD = re.compile(r"\{[^{}\n]*\}|%[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgGs%]")
+_HARDWARE_PART = re.compile(r"[ahvtlkp]\d{2,3}|rtx\d*|a\d{4}|mi\d{3}|tpu\w*|gpu|cpu")
 _OPENING = re.compile(r"[rRbBuUfF]{0,2}(?:\"\"\"|\'\'\'|\"|\')")
 _CODE_PRAGMA = re.compile(r"#\s*rgt:\s*literal\b")
 _MAGIC_STRIP = re.compile(r"%%(?:time|timeit|capture|prun)\b[^\n]*\n")
@@ -104,7 +92,7 @@ def _name_reason(name: str) -> str | None:
     low = name.lower().rsplit(".", 1)[-1]
     if low in _LAYOUT_NAMES:
         return f"safe code literal: {name}"
-    if low in _CONFIG_NAMES or any(p in _CONFIG_PARTS for p in re.split(r"[^a-z0-9]+", low)):
+    if low in CONFIG_NAMES or any(p in CONFIG_PARTS for p in re.split(r"[^a-z0-9]+", low)):
         return f"configuration literal: {name}"
     return None
 
@@ -114,7 +102,10 @@ def metric_named(name: str, leaf_names: frozenset[str] = frozenset()) -> bool:
     low = name.lower()
     if low in leaf_names:
         return True
-    return any(p in _METRIC_NAME_WORDS for p in re.split(r"[^a-z0-9]+", low) if p)
+    parts = [p for p in re.split(r"[^a-z0-9]+", low) if p]
+    if any(_HARDWARE_PART.fullmatch(p) for p in parts):
+        return False  # a100_flops: a device's specification, not a run's result
+    return any(p in _METRIC_NAME_WORDS for p in parts)
 
 
 class CodeScanner:
@@ -180,6 +171,12 @@ class CodeScanner:
                     node, node.operand, ctx, lines, out, negative=isinstance(node.op, ast.USub)
                 )
                 return
+        if isinstance(node, ast.BinOp | ast.Compare | ast.BoolOp):
+            # A literal inside arithmetic is no value the target is given (``loss * (1.0 / n)``).
+            sub = _Ctx(ctx.call, ctx.arg, ctx.kw, "", "", ctx.index)
+            for child in ast.iter_child_nodes(node):
+                self._walk(child, sub, lines, out)
+            return
         if isinstance(node, ast.FormattedValue):
             self._walk(node.value, ctx, lines, out)  # its format spec (.3f) is no shown text
             return

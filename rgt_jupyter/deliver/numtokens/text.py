@@ -20,11 +20,16 @@ from .context import (
     ANY_HEADING,
     BIBLIOGRAPHY_MASKS,
     BIBLIOGRAPHY_REASONS,
+    MEASURE_WORDS,
     REFS_LINE,
     REFS_TITLE,
+    approximate_duration,
     context_reason,
+    sentence_setting,
+    setting_reason,
 )
 from .markup import html_to_text
+from .reasons import UNITS, ignored_reason
 
 # -- a token, and what its text means
 
@@ -70,6 +75,12 @@ class Token:
     context: str = ""
     header: str = ""
     name: str = ""  # code: the keyword, dict key or assignment target the literal feeds
+    #: Followed by a unit or a word of measure (hours, points, times): a quantity measured.
+    measured: bool = False
+    #: The five words either side of it (a whole number is a result only with one of these).
+    close: frozenset[str] = field(default_factory=frozenset)
+    #: A setting its sentence names (``batch size``), if any.
+    setting: str | None = None
     words: frozenset[str] = field(default_factory=frozenset)
 
 
@@ -83,99 +94,17 @@ def sig_digits(body: str) -> int:
     return len(digits)
 
 
-# -- why a number of text is not a value
-
-_VERSION_WORDS = frozenset(
-    """python py torch pytorch cuda cudnn nccl numpy jax jaxlib tensorflow tf keras transformers
-    version release v sklearn pandas scipy matplotlib ubuntu debian driver gcc clang node java
-    triton jupyter jupyterlab ipython opencv pillow xformers deepspeed accelerate lightning
-    rgt pip conda macos windows linux kernel rocm cmake nvcc""".split()
-)
-_STRUCT_WORDS = frozenset(
-    """section sec sect table tab tbl fig figure figs eq eqn equation appendix app step chapter
-    ch line algorithm alg lemma theorem thm definition def corollary proposition prop cell
-    listing example ex part page pg exercise question stage phase item row column col claim
-    footnote note epoch iteration iter""".split()
-)
-
-_UNITS = r"(?:dB|ms|µs|us|ns|px|[KMGT]i?B|[KMGT]?FLOPs|fps|[kMG]?Hz|mm|cm|km|kg|s|h|min|m|g|W)"
-_UNIT_GLUED = re.compile(_UNITS + r"(?![A-Za-z])")
-_DIM_AFTER = re.compile(r" ?[×x] ?\d")
-_DIM_BEFORE = re.compile(r"\d ?[×x] ?$")
-_PREV_WORD = re.compile(r"([A-Za-z]+)[^\w\n]{0,3}$")
-
-
-def _ignored(
-    s: str,
-    body: str,
-    body_start: int,
-    prev: str,
-    nxt: str,
-    end: int,
-    sign: str | None,
-    exp: str | None,
-    suf: str | None,
-) -> str | None:
-    """Why the number whose digits ``body`` start at ``body_start`` of the line ``s`` (and end
-    at ``end``, between the characters ``prev`` and ``nxt``) is not a value; None when it may
-    be one."""
-    before = s[max(0, body_start - 24) : body_start]
-    if prev and not prev.isalnum() and prev != "_":
-        pw = _PREV_WORD.search(before)
-        word = pw.group(1).lower() if pw else ""
-        if word in _VERSION_WORDS and not sign:
-            return f"version (after {pw.group(1) if pw else word})"
-        stripped = before.rstrip()
-        if stripped.endswith(("==", ">=", "<=", "~=", "!=")):
-            return "version (pinned)"
-        if word in _STRUCT_WORDS and not sign:
-            return f"structural reference ({pw.group(1) if pw else word})"
-        if stripped.endswith("§"):
-            return "structural reference (§)"
-    if prev:
-        if prev in "vV" and (body_start < 2 or not s[body_start - 2].isalnum()):
-            return "version (v)"
-        if prev.isalnum() or prev == "_":
-            return "identifier (glued to letters)"
-        if prev == "@":
-            return "identifier (glued to letters)"
-        if prev in "×x* " and _DIM_BEFORE.search(s, max(0, body_start - 4), body_start):
-            return "identifier (dimensions)"
-        if prev == "#":
-            return "reference (#)"
-        if prev == "^" or s[max(0, body_start - 2) : body_start] in ("^{", "_{"):
-            return "math index"
-        if prev == "." and body_start >= 2 and s[body_start - 2].isalpha():
-            return "identifier (glued to letters)"
-    if nxt and not suf:
-        after = s[end + 1] if end + 1 < len(s) else ""
-        if nxt in "×x" and after.isdigit() or _DIM_AFTER.match(s, end):
-            return "identifier (dimensions)"
-        if nxt.isalpha() and not _UNIT_GLUED.match(s, end):
-            return "identifier (glued to letters)"
-        if nxt == "_" or (nxt == "-" and after.isalpha()):
-            return "identifier (glued to letters)"
-        if nxt == "." and after.isalpha():
-            return "identifier (file name)"
-        if (
-            prev == "("
-            and nxt == ")"
-            and body.isdigit()
-            and len(body) <= 2
-            and not sign
-            and not exp
-        ):
-            return "equation or item reference"
-    return None
-
-
 # -- one line of text
 
 _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
-_UNIT_SPACED = re.compile(r" ?" + _UNITS + r"(?![A-Za-z])")
+_UNIT_SPACED = re.compile(r" ?" + UNITS + r"(?![A-Za-z])")
 _GLUED_RUN = re.compile(r"[A-Za-z_][\w.-]*\d$")  # a digit run glued to letters before a '-'
 _WORD = re.compile(r"[a-z][a-z0-9]*")
 _DIGIT = re.compile(r"\d")
+_LETTER = re.compile(r"[A-Za-z]")
+_NEXT = re.compile(r" ?([A-Za-z]+)")
+_TIME_UNITS = frozenset("ms µs us ns s h min".split())
+_TOPK = re.compile(r"\btop[-_ ]([15])\b")
 
 _COMMON_MASKS = (
     r"(?P<code>(?P<tick>`+)[^`\n]+?(?P=tick))",
@@ -226,7 +155,7 @@ _MASK_REASONS = {
 _MD_MASK = re.compile("|".join(_COMMON_MASKS + _MARKDOWN_MASKS))
 _OUT_MASK = re.compile("|".join(_COMMON_MASKS + _OUTPUT_MASKS))
 
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(\d+(?:\.\d+)*\.?)(?=\s|$)")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(\d+(?:\.\d+)*\.?)(?=[\s:)]|$)")
 _LIST_MARKER = re.compile(r"^\s*(?:[-*+]\s+)?(\d{1,9})[.)](?=\s|$)")
 _REFDEF = re.compile(r"^\s{0,3}\[[^\]\n]+\]:\s*\S")
 
@@ -415,7 +344,7 @@ class _LineScanner:
         tok.context = ln.raw[max(0, start - 40) : end + 40].strip()
         out.append(tok)
         if reason is None:
-            reason = _ignored(s, body, body_start, prev, nxt, end, sign, exp, suf)
+            reason = ignored_reason(s, body, body_start, prev, nxt, end, sign, exp, suf)
         # Value, decimals, significant digits.
         mantissa = body.replace(",", "")
         if mantissa.count(".") > 1:
@@ -458,18 +387,58 @@ class _LineScanner:
             um = _UNIT_SPACED.match(s, end)
             if um:
                 tok.unit = um.group(0).strip()
-        if reason is None:
-            reason = context_reason(s, end, suffix, tok.unit, role, ln.words, METRIC_WORDS)
-        # Anchors: the line's words, plus the table cell's column header and row header.
-        scope = ln.words
+        # Anchors: the words of the number's own sentence (of the line, within 80 characters
+        # either side), plus the table cell's column header and row header; in a table row,
+        # its cell's words.
+        scope = _near_words(ln, start, end)
+        headers: list[str] = []
         if ln.header is not None and ln.cells:
             col = sum(1 for c in ln.cells if c[0] <= body_start) - 1
             col_name = ln.header[col] if 0 <= col < len(ln.header) else ""
-            row_head = ln.cells[0][2] if col > 0 else ""
+            # The row's label: its first cell with words in it (a table may open with an
+            # empty column).
+            label = next((k for k, c in enumerate(ln.cells) if _LETTER.search(c[2])), 0)
+            row_head = ln.cells[label][2] if col > label else ""
             tok.header = f"{row_head} / {col_name}" if row_head and col_name else col_name
             if tok.header:
                 scope = scope | frozenset(_WORD.findall(tok.header.lower()))
+            if col == 0 and _LETTER.search(ln.cells[0][2]) and reason is None:
+                reason = "row label (a name in the table's first column)"
+            headers = [row_head, col_name]
         tok.words = scope
+        if reason is None and decimals == 0 and not suffix and not headers:
+            if approximate_duration(s[max(0, start - 16) : start], s, end):
+                reason = "an approximate duration (about 3 minutes)"
+        if not headers and decimals == 0:
+            tok.setting = sentence_setting(_WORD.findall(_sentence(ln.raw, start, end).lower()))
+        tok.close = frozenset(
+            _WORD.findall(ln.raw[max(0, start - 60) : start].lower())[-5:]
+            + _WORD.findall(ln.raw[end : end + 60].lower())[:5]
+        )
+        nw = _NEXT.match(s, end)
+        tok.measured = bool(tok.unit) or (nw is not None and nw.group(1).lower() in MEASURE_WORDS)
+        if reason is None:
+            reason = context_reason(
+                s,
+                start,
+                s[start - 1] if start else "",
+                end,
+                suffix,
+                tok.unit,
+                decimals,
+                tok.value,
+                role,
+                scope,
+                METRIC_WORDS,
+                in_table=bool(headers),
+                headers_words=frozenset(_WORD.findall(" ".join(headers).lower())),
+            )
+        if reason is None and tok.unit not in _TIME_UNITS:
+            # The words before it in its own sentence, or its own table cell.
+            lo = max(0, start - 40)
+            if ln.cells is not None:
+                lo = max([lo] + [a for a, _b, _t in ln.cells if a <= start])
+            reason = setting_reason(s[lo:start], headers)
         tok.anchored = role == "uncertainty" or bool(scope & self.anchors)
         is_int = decimals == 0 and not exp and not suffix and not tok.thousands and sign is None
         if reason is None and is_int and 1900 <= value <= 2099:
@@ -478,6 +447,40 @@ class _LineScanner:
             else:
                 reason = "year"
         tok.reason = reason
+
+
+_SENTENCE_END = re.compile(r"[.!?;](?:\s|$)|\s[-–—]\s")
+
+
+def _sentence(raw: str, start: int, end: int) -> str:
+    """The sentence of ``raw`` a number at ``[start, end)`` stands in (within 80 characters
+    either side)."""
+    lo, hi = max(0, start - 80), min(len(raw), end + 80)
+    for before in _SENTENCE_END.finditer(raw, lo, start):
+        lo = before.end()
+    after = _SENTENCE_END.search(raw, end, hi)
+    if after is not None:
+        hi = after.start() + 1
+    return raw[lo:hi]
+
+
+def _near_words(ln: _Line, start: int, end: int) -> frozenset[str]:
+    """The words of the sentence a number stands in (of its table cell, in a table row)."""
+    if ln.cells is not None:
+        for a, b, _text in ln.cells:
+            if a <= start < b:
+                return _words(ln.raw[a:b])
+    if len(ln.raw) <= 120:
+        return _words(ln.raw)
+    return _words(_sentence(ln.raw, start, end))
+
+
+def _words(text: str) -> frozenset[str]:
+    """The words of ``text`` (lower case; ``top-1``/``top_1`` as ``top1``)."""
+    low = text.lower()
+    if "top" in low:
+        low = _TOPK.sub(r"top\1", low)
+    return frozenset(_WORD.findall(low))
 
 
 # -- whole texts: markdown, outputs, HTML
