@@ -59,6 +59,7 @@ def test_resume_takes_the_newest_complete_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rgt_jupyter.integrations import lightning
+
     monkeypatch.setenv("RGT_CKPT_DIR", str(tmp_path))
     older, newer = tmp_path / "step=10.ckpt", tmp_path / "step=20.ckpt"
     torch.save({"step": 10}, older)

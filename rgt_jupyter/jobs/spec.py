@@ -62,6 +62,7 @@ AGENT_FIELDS = frozenset(
         "env",
         "grace_s",
         "heartbeat_s",
+        "infer_progress",
         "inputs_dir",
         "job_id",
         "lib_dir",
@@ -165,6 +166,9 @@ class JobSpec:
     heartbeat_s: float = 10.0
     #: Seconds between the agent's GPU and memory samples.
     resources_s: float = 10.0
+    #: Whether the agent reads progress from the job's tqdm bars and TensorBoard events while
+    #: the job does not call ``job.progress``.
+    infer_progress: bool = True
     #: A running job is stalled after ``stall_k`` x its median step interval without progress,
     #: and never before ``stall_min_s`` seconds (see :func:`rgt_jupyter.jobs.observe.check_stall`).
     stall_k: float = 10.0
