@@ -258,3 +258,21 @@ def test_a_suggestion_discloses_the_open_verify_problems_of_its_run(
         [Finding("confounding", "pass", "arms match", ["base-s0"], created=2.0)], project
     )
     assert not [i for i in _check(project, _md("Accuracy 91.18% on test.")) if i.findings]
+
+
+def test_a_gain_or_a_ratio_of_two_runs_is_matched_to_both(project: Path) -> None:
+    make_run(project / "runs", "wide-s0", results={"test": {"accuracy": 0.9312, "ms": 41.0}})
+    make_run(project / "runs", "base-s0", results={"test": {"accuracy": 0.9104, "ms": 73.8}})
+    items = _check(
+        project,
+        _md("Widening gains +2.1 points on test and runs 1.8× faster than the base on test."),
+    )
+    gain, ratio = (i for i in items if i.status == "typed")
+    assert gain.match and gain.match["derived"]["kind"] == "difference"
+    assert set(gain.match["derived"]["of"]) == {"wide-s0:test.accuracy", "base-s0:test.accuracy"}
+    assert gain.match["derived"]["scale"] == 100
+    assert ratio.match and ratio.match["derived"]["kind"] == "ratio"
+    assert set(ratio.match["derived"]["of"]) == {"wide-s0:test.ms", "base-s0:test.ms"}
+    assert "rgt.num(" in (gain.suggestion or "") and "rgt.md" in (gain.suggestion or "")
+    text = check_numbers(project / "paper.ipynb", project).text()
+    assert "the difference of" in text and "the ratio of" in text

@@ -98,6 +98,12 @@ def _output_text(
 
 # -- the pass
 
+#: Words that say a number is derived from two results (a gain, a ratio).
+_DERIVED_CUES = frozenset(
+    """points pts pp faster slower speedup times improvement improves improved gain gains
+    better worse higher lower drop reduction""".split()
+)
+
 #: Where a code cell's shown text is: a string that reaches a print, display or figure, or a
 #: comment.
 _CODE_TEXT = frozenset({"code_string", "code_comment"})
@@ -284,6 +290,15 @@ class Checker:
         item = self._item(base, where, tok, status, reason)
         if found is not None:
             self._matched(item, tok, *found)
+        elif status == "typed" and (tok.sign_shown or tok.close & _DERIVED_CUES):
+            derived = self.index.derived(tok)
+            if derived is not None:
+                a, b = derived["of"]
+                item.match = {"derived": derived}
+                item.suggestion = (
+                    f'the {derived["kind"]} of {a} and {b}: compute it from rgt.num("{a}") and '
+                    f'rgt.num("{b}") and show it with rgt.md'
+                )
         return item
 
     def _matched(self, item: NumberItem, tok: Token, leaf: Leaf, scale: int, count: int) -> None:

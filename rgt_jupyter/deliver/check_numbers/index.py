@@ -28,6 +28,11 @@ _SUFFIX_SCALES: dict[str, tuple[int, ...]] = {
 }
 
 
+#: At most this many runs of one key are paired for derived numbers (a difference or ratio).
+DERIVED_MAX = 40
+_RATIO_WORDS = frozenset("times faster slower speedup".split())
+
+
 @dataclass(frozen=True, slots=True)
 class Leaf:
     """One numeric leaf of one run's results.json."""
@@ -59,6 +64,11 @@ class ResultsIndex:
         for run_id, (job, _t) in sorted(self.runs.items(), key=lambda kv: (kv[1][1], kv[0])):
             self._newest[job] = run_id
         self._at = {(leaf.run_id, leaf.key): leaf for leaf in leaves}
+        groups: dict[str, list[Leaf]] = {}
+        for leaf in leaves:
+            groups.setdefault(leaf.key, []).append(leaf)
+        #: The leaves of one key across runs (for differences and ratios of two results).
+        self._by_key = {k: g[:DERIVED_MAX] for k, g in groups.items() if len(g) >= 2}
         self._scaled: dict[int, tuple[list[float], list[int]]] = {}
         for scale in (1, *PERCENT_SCALE.values()):
             pairs = sorted(
@@ -119,6 +129,33 @@ class ResultsIndex:
         unit = 10.0 ** (tok.exponent + MULTIPLIER.get(tok.suffix, 0))
         tol = rounding_tolerance(10.0 ** (-tok.decimals) * unit, tok.value)
         return abs(float(leaf.raw) * scale - tok.value) <= tol
+
+    def derived(self, tok: Token) -> dict[str, Any] | None:
+        """The two results of one key (in two runs) whose difference or ratio ``tok`` shows at
+        its display rounding (``+2.1`` points of two accuracies, ``1.8×``): ``{"kind", "of",
+        "values", "scale"}``; None when no pair does."""
+        if tok.value is None or tok.decimals is None or tok.sig == 0 or not self._by_key:
+            return None
+        ratio = tok.suffix in ("×", "x") or bool(tok.close & _RATIO_WORDS - {"faster", "slower"})
+        unit = 10.0 ** (tok.exponent + MULTIPLIER.get(tok.suffix, 0))
+        tol = rounding_tolerance(10.0 ** (-tok.decimals) * unit, tok.value)
+        target = abs(tok.value)
+        scales = (1,) if ratio else (1, 100)
+        for key, group in self._by_key.items():
+            for a in group:
+                for b in group:
+                    if a is b or not b.raw:
+                        continue
+                    for scale in scales:
+                        shown = a.raw / b.raw if ratio else (a.raw - b.raw) * scale
+                        if abs(abs(shown) - target) <= tol and shown:
+                            return {
+                                "kind": "ratio" if ratio else "difference",
+                                "of": [f"{a.run_id}:{key}", f"{b.run_id}:{key}"],
+                                "values": [a.raw, b.raw],
+                                "scale": scale,
+                            }
+        return None
 
     def newer(self, leaf: Leaf) -> Leaf | None:
         """The same key in the newest run of ``leaf``'s job, when ``leaf`` is from an older run

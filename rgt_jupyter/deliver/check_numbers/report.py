@@ -113,7 +113,10 @@ class NumbersReport:
         if item.stale:
             m = item.match or {}
             return f"{self._where(item)} stale {item.text} ({place}; {m.get('file')} changed)"
-        if item.match:
+        if item.match and "derived" in item.match:
+            d = item.match["derived"]
+            what = f"the {d['kind']} of {d['of'][0]} and {d['of'][1]}"
+        elif item.match:
             m = item.match
             what = f"matches {m['run_id']}:{m['key_path']} = {m['raw']!r}"
         else:
