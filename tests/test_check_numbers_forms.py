@@ -276,3 +276,37 @@ def test_a_gain_or_a_ratio_of_two_runs_is_matched_to_both(project: Path) -> None
     assert "rgt.num(" in (gain.suggestion or "") and "rgt.md" in (gain.suggestion or "")
     text = check_numbers(project / "paper.ipynb", project).text()
     assert "the difference of" in text and "the ratio of" in text
+
+
+def test_a_number_drawn_on_an_exported_figure_is_checked_under_its_cell(
+    project: Path, results: Path
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rgt_jupyter.deliver.figures import figure
+    from rgt_jupyter.deliver.numbers import num
+
+    drawing = (
+        'fig, ax = plt.subplots()\nax.bar(["ours"], [acc])\n'
+        'rgt.figure(fig, "acc-bar", data=[{"acc": acc}], code=In[-1])\n'
+    )
+    fig, ax = plt.subplots(figsize=(3, 2))
+    acc = num("base-s0:test.top1", project=project)
+    ax.bar(["ours"], [float(acc)])
+    ax.set_title("ResNet-50: 93.4 % top-1")  # typed on the figure itself
+    ax.set_xlabel("epoch 30")
+    figure(fig, "acc-bar", data=[{"acc": acc}], project=project, formats=("png",), code=drawing)
+    plt.close(fig)
+    items = _check(project, _md("## Results"), nbformat.v4.new_code_cell(drawing))
+    drawn = [i for i in items if i.where == "figure_text"]
+    typed = [i for i in drawn if i.status == "typed"]
+    assert [(i.cell_index, i.text) for i in typed] == [(1, "93.4 %")], drawn
+    assert typed[0].suggestion == 'format rgt.num("base-s0:test.top1", ".1%") into the text'
+    assert "figure acc-bar, axes 0 title" in typed[0].context
+    # An epoch on an axis label is no result; a figure another notebook drew is not read here.
+    assert all(i.status != "typed" for i in drawn if i.text == "30")
+    other = _check(project, _md("Nothing here."), nbformat.v4.new_code_cell("x = 1"))
+    assert not [i for i in other if i.where == "figure_text"]

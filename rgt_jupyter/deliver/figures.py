@@ -140,6 +140,35 @@ class _Cell:
     source: dict[str, Any] | None = None
 
 
+def figure_texts(fig: Figure) -> list[dict[str, str]]:
+    """The text drawn on ``fig`` that a reader takes for claims: its title, each axes' titles,
+    axis labels, texts and annotations, and legend entries (tick labels are left out: they are
+    the axes' scale). Each as ``{"where": ..., "text": ...}``, empty texts skipped."""
+    found: list[dict[str, str]] = []
+
+    def add(where: str, text: str) -> None:
+        if text and text.strip():
+            found.append({"where": where, "text": text})
+
+    suptitle = getattr(fig, "_suptitle", None)
+    if suptitle is not None:
+        add("figure title", suptitle.get_text())
+    for k, ax in enumerate(fig.get_axes()):
+        for loc in ("left", "center", "right"):
+            add(f"axes {k} title", ax.get_title(loc=loc))
+        add(f"axes {k} x label", ax.get_xlabel())
+        add(f"axes {k} y label", ax.get_ylabel())
+        for text in ax.texts:
+            add(f"axes {k} text", text.get_text())
+        legend = ax.get_legend()
+        if legend is not None:
+            for entry in legend.get_texts():
+                add(f"axes {k} legend", entry.get_text())
+    for text in fig.texts:
+        add("figure text", text.get_text())
+    return found
+
+
 def figure(
     fig: Figure,
     id: str,
@@ -221,6 +250,9 @@ def figure(
         },
         "sources": {"path": _rel(sources_path, root), "sha256": _sha(sources_bytes)},
         "typed": [{"row": c.row, "column": c.column, "value": c.text} for c in typed],
+        # The words drawn on it (titles, labels, annotations, legends): the typed-number
+        # check reads them too.
+        "texts": figure_texts(fig),
         "code": {
             "sha256": _sha(code.encode()) if code is not None else None,
             **git_state(root),

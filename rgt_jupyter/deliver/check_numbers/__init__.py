@@ -104,7 +104,15 @@ def check_numbers(
     for i, cell in enumerate(cells if isinstance(cells, list) else []):
         if isinstance(cell, dict):
             checker.cell(i, cell)
-    order = {"markdown": 0, "code_source": 0, "code_string": 0, "code_comment": 0, "output": 1}
+    checker.figures(cells if isinstance(cells, list) else [])
+    order = {
+        "markdown": 0,
+        "code_source": 0,
+        "code_string": 0,
+        "code_comment": 0,
+        "output": 1,
+        "figure_text": 2,
+    }
     checker.items.sort(
         key=lambda it: (
             it.cell_index,

@@ -4,6 +4,7 @@ with the text of a cell or output that is read and the generated numbers its met
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,7 @@ _DERIVED_CUES = frozenset(
 
 #: Where a code cell's shown text is: a string that reaches a print, display or figure, or a
 #: comment.
-_CODE_TEXT = frozenset({"code_string", "code_comment"})
+_CODE_TEXT = frozenset({"code_string", "code_comment", "figure_text"})
 
 
 def _body(text: str) -> str:
@@ -183,6 +184,49 @@ class Checker:
                 toks = self.text.output_text(text)
             for tok in toks:
                 self._text_item(base, "output", tok, pragma, records, k, mime, echoes)
+
+    def figures(self, cells: list[Any]) -> None:
+        """The numbers drawn on the figures this notebook exported with ``rgt.figure`` (their
+        sidecars record the texts), each under the cell that drew it: found by the code's
+        sha256 the sidecar records, else by the figure id written in a code cell."""
+        root = self.project / "figures" if self.project is not None else None
+        if root is None or not root.is_dir():
+            return
+        code = [
+            (i, c, _text(c.get("source", "")))
+            for i, c in enumerate(cells)
+            if isinstance(c, dict) and c.get("cell_type") == "code"
+        ]
+        digests = {hashlib.sha256(src.encode()).hexdigest(): i for i, _c, src in code}
+        for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+            sidecars = sorted(folder.glob("*.provenance"))
+            if not sidecars:
+                continue
+            try:
+                record = json.loads(sidecars[0].read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                self.warnings.append(f"figure {folder.name}: sidecar not read ({exc})")
+                continue
+            if not isinstance(record, dict):
+                continue
+            fid = str(record.get("figure") or folder.name)
+            found = record.get("code")
+            drawn: dict[str, Any] = found if isinstance(found, dict) else {}
+            index = digests.get(str(drawn.get("sha256")))
+            if index is None:
+                quoted = (f'"{fid}"', f"'{fid}'")
+                index = next((i for i, _c, src in code if any(q in src for q in quoted)), None)
+            if index is None:
+                continue  # a figure of another notebook
+            cell = cells[index]
+            base = (index, str(cell.get("id") or f"cell-{index}"), "code")
+            for n, entry in enumerate(record.get("texts") or [], 1):
+                if not isinstance(entry, dict):
+                    continue
+                for tok in self.text.output_text(str(entry.get("text", ""))):
+                    tok.line = n  # the figure's n-th text
+                    tok.context = f"figure {fid}, {entry.get('where')}: {tok.context}"
+                    self._text_item(base, "figure_text", tok, False, None, None, None, None)
 
     def _item(
         self, base: tuple[int, str, str], where: str, tok: Token, status: str, reason: str | None

@@ -18,7 +18,7 @@ class NumberItem:
     cell_index: int
     cell_id: str
     cell_type: str
-    where: str  # markdown | code_source | code_string | code_comment | output
+    where: str  # markdown | code_source | code_string | code_comment | output | figure_text
     line: int
     col: int
     text: str
@@ -102,6 +102,7 @@ class NumbersReport:
             "code_source": "code",
             "code_string": f"code string, column {item.col}",
             "code_comment": f"code comment, column {item.col}",
+            "figure_text": f"figure text {item.line}",
         }.get(item.where, "output")
         if item.output_index is not None:
             place = f"output {item.output_index}"
