@@ -486,7 +486,8 @@ class RgtMagics(Magics):
                 try:
                     return TeardownView(job._row, job.project)
                 except ImportError:
-                    return TeardownText(compute_gate(job._row, job.project), job.name)
+                    name = found.name if isinstance(found, JobGroup) else job.name
+                    return TeardownText(compute_gate(job._row, job.project), name)
         except RgtError as exc:
             raise _usage(exc) from None
 

@@ -247,7 +247,9 @@ def _down(args: argparse.Namespace, project: Path) -> int:
         said.append(line)
         print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
 
-    code = _decide_down(args, job.name, gate, project, say)
+    # The name the user typed for a group is the one to type again.
+    name = found.name if isinstance(found, JobGroup) else job.name
+    code = _decide_down(args, name, gate, project, say)
     if args.json:
         dump(
             {

@@ -348,10 +348,16 @@ def compute_gate(row: dict[str, Any], project: Path) -> Gate:
     runs: dict[str, str] = {}
     checks: list[Check] = []
     # A machine without a meter (this one, a workstation) stops nothing: its gate is about the
-    # job asked for, not every job that ever ran there.
+    # job asked for (every member, for a seed group's), not every job that ever ran there.
     jobs = jobs_of(machine, project)
     if not machine.profile.metered:
-        jobs = [j for j in jobs if j["lineage"] == row["lineage"]] or [row]
+        group = (JobSpec.from_row(row).group or {}).get("id")
+        jobs = [
+            j
+            for j in jobs
+            if j["lineage"] == row["lineage"]
+            or (group and (JobSpec.from_row(j).group or {}).get("id") == group)
+        ] or [row]
     transports: dict[tuple[str, str], Transport] = {}
     with phase(f"checking {len(jobs)} job(s) on {machine.label()} for the teardown gate"):
         for job in jobs:

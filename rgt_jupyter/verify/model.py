@@ -295,22 +295,51 @@ def inputs_of(*runs: RunData, rels: tuple[str, ...] = ()) -> list[dict[str, str]
     return out
 
 
-def findings_by_run(project: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every recorded ``%verify`` finding of each run, oldest first (from
-    ``verify/findings.jsonl``; unreadable lines are skipped)."""
+def finding_key(rec: dict[str, Any]) -> str:
+    """What makes two recorded findings the same: the check, the runs it is about, the sha256 of
+    every input it read, the claim, and what it said (one check may say several things about the
+    same files). A finding whose key is already in the log is not appended again."""
+    targets = rec.get("targets") or {}
+    runs = sorted(str(r) for r in targets.get("run_ids") or [])
+    shas = sorted(str(i.get("sha256")) for i in rec.get("inputs") or [] if isinstance(i, dict))
+    key = [rec.get("check"), runs, shas, targets.get("claim_id"), rec.get("disclosure")]
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+def read_findings(project: Path) -> list[dict[str, Any]]:
+    """The recorded findings of ``verify/findings.jsonl``, the newest of each
+    :func:`finding_key` only, oldest first (unreadable lines are skipped)."""
     path = project / "verify" / "findings.jsonl"
-    out: dict[str, list[dict[str, Any]]] = {}
     if not path.is_file():
-        return out
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict):
-            continue
+        return []
+    newest: dict[str, dict[str, Any]] = {}
+    for rec in jsonl_records(path.read_text()):
+        key = finding_key(rec)
+        if key not in newest or float(rec.get("created") or 0) >= float(
+            newest[key].get("created") or 0
+        ):
+            newest.pop(key, None)
+            newest[key] = rec
+    return sorted(newest.values(), key=lambda r: float(r.get("created") or 0))
+
+
+def findings_by_run(project: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every recorded ``%verify`` finding of each run, oldest first, each once (see
+    :func:`read_findings`)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for rec in read_findings(project):
         for run_id in (rec.get("targets") or {}).get("run_ids") or []:
             out.setdefault(str(run_id), []).append(rec)
+    return out
+
+
+def findings_by_claim(project: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every recorded finding of each claim id, oldest first, each once; findings recorded
+    without a claim are under ``""``."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for rec in read_findings(project):
+        claim = (rec.get("targets") or {}).get("claim_id")
+        out.setdefault(str(claim or ""), []).append(rec)
     return out
 
 

@@ -18,7 +18,7 @@ from ..store.fsutil import atomic_write_bytes
 from ..store.project import project_dir
 from .checks import all_checks
 from .checks.common import resolve_metric
-from .model import Context, Finding, RunData
+from .model import Context, Finding, RunData, finding_key, read_findings
 
 _ORDER = {"bug": 0, "finding": 1, "inconclusive": 2, "noise": 3, "effect": 4, "not_checked": 5}
 #: The colour of each verdict: JupyterLab's theme variables, with a fallback for nbconvert,
@@ -51,6 +51,15 @@ class VerifyReport:
     def problems(self) -> list[Finding]:
         """Bugs and integrity findings."""
         return [f for f in self.findings if f.is_problem]
+
+    def by_claim(self) -> dict[str, list[Finding]]:
+        """The findings of each claim id (``""`` for those made without one); the recorded
+        findings of every ``%verify`` by claim are in
+        :func:`~rgt_jupyter.verify.model.findings_by_claim`."""
+        out: dict[str, list[Finding]] = {}
+        for f in self.findings:
+            out.setdefault(f.claim_id or "", []).append(f)
+        return out
 
     def by_check(self, check: str) -> list[Finding]:
         """The findings of one check."""
@@ -167,10 +176,20 @@ class VerifyReport:
 
 def append_findings(findings: list[Finding], project: Path) -> Path:
     """Append ``findings`` to ``<project>/verify/findings.jsonl`` (the log only grows; each
-    append is one durable write of whole lines)."""
+    append is one durable write of whole lines). A finding already in the log (the same
+    :func:`~rgt_jupyter.verify.model.finding_key`: check, runs, inputs' sha256, claim and what it
+    said) is not appended again."""
     path = project / "verify" / "findings.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = "".join(json.dumps(f.record(), sort_keys=True, default=str) + "\n" for f in findings)
+    seen = {finding_key(rec) for rec in read_findings(project)}
+    lines = []
+    for f in findings:
+        rec = f.record()
+        key = finding_key(rec)
+        if key not in seen:
+            seen.add(key)
+            lines.append(json.dumps(rec, sort_keys=True, default=str) + "\n")
+    data = "".join(lines)
     if not path.exists():
         atomic_write_bytes(path, b"")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -191,8 +210,10 @@ def verify(
     changed: Iterable[str] = (),
     project: str | os.PathLike[str] | None = None,
     record: bool = True,
+    claim: str | None = None,
 ) -> VerifyReport:
-    """Run every check on ``runs`` (and ``baselines``); see the module docstring."""
+    """Run every check on ``runs`` (and ``baselines``); see the module docstring. ``claim``: the
+    claim id the findings are recorded under."""
 
     proj = project_dir(project)
     arms = [
@@ -229,6 +250,7 @@ def verify(
     stamp = time.time()
     for f in findings:
         f.created = stamp
+        f.claim_id = f.claim_id or claim
     log = append_findings(findings, proj) if record else None
     return VerifyReport(findings, ctx, log)
 
@@ -243,4 +265,5 @@ def verify_args(args: Any, project: str | os.PathLike[str] | None = None) -> Ver
         split=args.split,
         changed=args.changed,
         project=project,
+        claim=getattr(args, "claim", None),
     )

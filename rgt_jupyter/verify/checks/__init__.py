@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..model import Context, Finding
+from .budget import tuning_budget
 from .collapse import collapse
 from .direction import metric_direction
 from .leakage import leakage
@@ -15,6 +16,8 @@ from .rederive import rederive
 from .seed_noise import seed_noise
 from .selection import test_selection
 from .stale import stale_artifact
+from .tasks import tasks_iqm
+from .two_level import two_level_noise
 
 Check = Callable[[Context], list[Finding]]
 
@@ -26,6 +29,9 @@ def all_checks() -> list[tuple[str, Check]]:
         ("metric_direction", metric_direction),
         ("one_variable", one_variable),
         ("seed_noise", seed_noise),
+        ("two_level_noise", two_level_noise),
+        ("tasks_iqm", tasks_iqm),
+        ("tuning_budget", tuning_budget),
         ("leakage", leakage),
         ("test_selection", test_selection),
         ("collapse", collapse),

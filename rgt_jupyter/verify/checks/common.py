@@ -7,13 +7,14 @@ else what the runs declared in ``verify/metric.json``.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Iterable
 from typing import Any, TypeGuard
 
 import numpy as np
 
-from ..model import Context, Finding, RunData
+from ..model import Context, Finding, RunData, flatten
 
 #: A key one side of a diff does not have.
 ABSENT = "<absent>"
@@ -65,6 +66,26 @@ def resolve_metric(ctx: Context) -> tuple[str | None, str | None, str]:
     )
     split = ctx.split or next((str(m["split"]) for m in same if m.get("split")), None) or "test"
     return name, direction, split
+
+
+def metric_keys(results: dict[str, Any]) -> list[str]:
+    """The numeric keys of a results.json as dotted paths (``test.accuracy``,
+    ``metrics.acc.test.value``), sorted."""
+    out = []
+    for key, value in flatten(results).items():
+        if is_number(value):
+            out.append(key)
+    return sorted(out)
+
+
+def missing_metric_words(name: str | None, split: str, keys: list[str]) -> str:
+    """``the keys it has: a, b; closest: 'accuracy'`` for a metric name results.json lacks: the
+    keys that exist and the closest match among their names (difflib)."""
+    names = sorted({part for key in keys for part in key.split(".")} - {split, "value", "metrics"})
+    near = difflib.get_close_matches(str(name), names, n=3, cutoff=0.5) if name else []
+    shown = ", ".join(keys[:12]) + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
+    closest = f"; closest: {', '.join(repr(n) for n in near)}" if near else "; no close match"
+    return f"the keys it has: {shown}{closest}"
 
 
 # ----------------------------------------------------------------------------- inputs and findings

@@ -11,7 +11,9 @@ from .common import (
     delta_words,
     finding,
     mean_of,
+    metric_keys,
     metric_values,
+    missing_metric_words,
     normalize_direction,
     read_inputs,
     resolve_metric,
@@ -82,6 +84,15 @@ def metric_direction(ctx: Context) -> list[Finding]:
             "inconclusive",
             f"no direction for {name}{extra}: deltas cannot be called better or worse; declare "
             f"it with job.declare_metric(name, direction){delta_text}",
+        )
+    keys = sorted({k for run in runs for k in metric_keys(run.results)})
+    if not var and not base and keys:
+        computed["results_keys"] = keys
+        return out(
+            "inconclusive",
+            f"no run's results.json has {name!r} on {split}, so nothing is compared "
+            f"({missing_metric_words(name, split, keys)}); declare the name results.json uses "
+            "with job.declare_metric or pass --metric",
         )
     words = "higher" if direction == "max" else "lower"
     return out("pass", f"{name} on {split}: {words} is better ({direction}){delta_text}")

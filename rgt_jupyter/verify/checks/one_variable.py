@@ -3,6 +3,7 @@ code, commit, environment, hardware)."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from ..model import Context, Finding, RunData
@@ -111,7 +112,8 @@ def one_variable(ctx: Context) -> list[Finding]:
     (config, code, commit, environment, hardware); seeds are paired where they match up."""
     check = "one_variable"
     rels = ("run.json", "config.json", "verify/changed.json")
-    declared = list(ctx.changed) or sorted({k for run in ctx.runs for k in (run.changed or [])})
+    every = sorted({k for run in ctx.runs for k in (run.changed or [])})
+    declared = list(ctx.changed) or every
     if not ctx.runs or not ctx.baselines:
         what = "variant" if not ctx.runs else "baseline"
         return [
@@ -130,14 +132,21 @@ def one_variable(ctx: Context) -> list[Finding]:
     members: dict[tuple[str, str], list[RunData]] = {}
     for variant in ctx.runs:
         paired = [b for b in ctx.baselines if variant.seed is not None and b.seed == variant.seed]
+        # What this run declared (or what %verify was told): never another run's declaration.
+        mine = list(ctx.changed) or list(variant.changed or [])
         for baseline in paired or ctx.baselines[:1]:
             diff, unknown, seeds = _diff_pair(ctx, variant, baseline, seed_free)
-            extra = [k for k in diff if not any(_covers(d, k) for d in declared)]
-            unapplied = [d for d in declared if not any(_covers(d, k) for k in diff)]
+            known = _known_keys(variant, baseline)
+            no_such = {d: _close(d, known) for d in mine if not _exists(d, known)}
+            wanted = [d for d in mine if d not in no_such]
+            extra = [k for k in diff if not any(_covers(d, k) for d in wanted)]
+            unapplied = [d for d in wanted if not any(_covers(d, k) for k in diff)]
             no_config = "config" in unknown
             if no_config:
                 unapplied = [d for d in unapplied if any(_covers(d, k) for k in _CODE_KEYS)]
-            verdict, text = _one_variable_verdict(diff, declared, extra, unapplied, no_config)
+            verdict, text = _one_variable_verdict(diff, wanted, extra, unapplied, no_config)
+            if no_such:
+                verdict, text = _no_such_key(no_such, verdict, text)
             if seeds:
                 text += "; seeds are not paired (left to the seed-noise check)"
             key = (verdict, text)
@@ -148,6 +157,7 @@ def one_variable(ctx: Context) -> list[Finding]:
                     "diff": {k: {"variant": a, "baseline": b} for k, (a, b) in diff.items()},
                     "extra": extra,
                     "not_applied": unapplied,
+                    "no_such_key": no_such,
                     "unknown": unknown,
                     "seeds": seeds,
                     "paired_by_seed": bool(paired),
@@ -164,6 +174,40 @@ def one_variable(ctx: Context) -> list[Finding]:
     return findings
 
 
+def _known_keys(variant: RunData, baseline: RunData) -> list[str]:
+    """Every key a declaration may name for this pair: config keys (and their parents),
+    provenance keys, the seed and the code words."""
+    keys = set(variant.config) | set(baseline.config) | set(_provenance(variant))
+    keys |= set(_provenance(baseline)) | {"seed", *_CODE_WORDS}
+    for key in list(keys):
+        parts = key.split(".")
+        keys |= {".".join(parts[:i]) for i in range(1, len(parts))}
+    return sorted(keys)
+
+
+def _exists(declared: str, known: list[str]) -> bool:
+    return declared in known or any(_covers(declared, k) for k in known)
+
+
+def _close(declared: str, known: list[str]) -> list[str]:
+    return difflib.get_close_matches(declared, known, n=3, cutoff=0.6)
+
+
+def _no_such_key(no_such: dict[str, list[str]], verdict: str, text: str) -> tuple[str, str]:
+    """The verdict once declared keys that are in neither run are said as such: a typo is not
+    an unapplied change, and what the pair shows cannot be read as the ablation (inconclusive,
+    unless it is a bug anyway)."""
+    listing = "; ".join(
+        f"{key!r}" + (f" (did you mean {', '.join(repr(c) for c in near)}?)" if near else "")
+        for key, near in no_such.items()
+    )
+    said = (
+        f"no such key: {listing} is declared changed but is a key of neither run's config or "
+        "provenance; fix the name in --changed or job.declare_changed"
+    )
+    return ("bug" if verdict == "bug" else "inconclusive"), f"{said}; {text}"
+
+
 def _one_variable_verdict(
     diff: dict[str, tuple[Any, Any]],
     declared: list[str],
@@ -177,12 +221,19 @@ def _one_variable_verdict(
             "no config saved for both runs and the provenance is identical: whether the "
             "ablation applied cannot be told; save the config with job.save_config",
         )
+    if not diff and not declared:
+        # A run beside a baseline of the same config is a control, not an ablation.
+        return (
+            "pass",
+            "config and provenance are identical to the baseline and no key was declared "
+            "changed: a control pair (a rerun of the same config)",
+        )
     if not diff:
-        said = f" although {', '.join(declared)} was declared" if declared else ""
         return (
             "bug",
-            f"the ablation never applied: config and provenance are identical to the baseline"
-            f"{said}; check that the change reaches the run (config passed, code pushed)",
+            f"the ablation never applied: config and provenance are identical to the baseline "
+            f"although {', '.join(declared)} was declared; check that the change reaches the run "
+            "(config passed, code pushed)",
         )
     if not declared:
         if len(diff) == 1:

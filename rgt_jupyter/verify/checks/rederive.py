@@ -10,12 +10,26 @@ from typing import Any
 import numpy as np
 
 from ..model import Context, Finding, RunData
-from .common import DECLARE_METRIC, SAVE_PREDICTIONS, examples, is_number, per_run, run_finding
+from .common import (
+    DECLARE_METRIC,
+    SAVE_PREDICTIONS,
+    examples,
+    is_number,
+    metric_keys,
+    missing_metric_words,
+    per_run,
+    run_finding,
+)
 
 #: Reported values with at least this many decimals are taken as stored at full precision.
 FULL_PRECISION_DECIMALS = 10
 REL_TOL = 1e-9
 ABS_TOL = 1e-12
+#: A stored number with this many significant digits is a float written in full (its shortest
+#: text), not a rounding; its precision is float32's or float64's.
+FULL_DIGITS = 15
+EPS32 = 2.0**-24
+EPS64 = 2.0**-53
 
 #: The ``fn`` a declared metric may name to be recomputed from its predictions.
 FNS = ("accuracy", "error_rate", "mse", "rmse", "mae")
@@ -28,6 +42,80 @@ def _decimals(value: float) -> int:
     except InvalidOperation:
         return FULL_PRECISION_DECIMALS
     return max(0, -exponent) if isinstance(exponent, int) else FULL_PRECISION_DECIMALS
+
+
+def _shown(value: float) -> tuple[int, int] | None:
+    """(decimals, significant digits) of the shortest text of ``value`` (None if not finite)."""
+    try:
+        sign, digits, exponent = Decimal(repr(float(value))).normalize().as_tuple()
+    except InvalidOperation:
+        return None
+    if not isinstance(exponent, int):
+        return None
+    return max(0, -exponent), len(digits)
+
+
+def _full_eps(value: float) -> float:
+    """Half an ulp of a float stored in full: float32's when the value is one, else float64's."""
+    return abs(value) * (EPS32 if float(np.float32(value)) == value else EPS64)
+
+
+def stored_resolution(values: list[Any]) -> tuple[list[float], str]:
+    """How far each stored number may be from what was computed, from the precision the column
+    shows: ints are exact; floats written in full (≥ 15 significant digits anywhere in the
+    column) are off by half an ulp (float32 or float64); otherwise the column was rounded to the
+    most decimals it shows (whole numbers are exact), and each value is off by half a unit of that place. Also says which."""
+    floats = [v for v in values if isinstance(v, float)]
+    shown = [_shown(v) for v in floats]
+    full = any(s is None or s[1] >= FULL_DIGITS for s in shown)
+    if not floats:
+        return [0.0] * len(values), "exact"
+    if full:
+        as32 = all(float(np.float32(v)) == v for v in floats)
+        return [_full_eps(v) if isinstance(v, float) else 0.0 for v in values], (
+            "float32" if as32 else "float64"
+        )
+    places = max(s[0] for s in shown if s is not None)
+    if places == 0:
+        # Whole numbers stored as floats (labels, counts) are exact, not a rounding.
+        return [0.0] * len(values), "exact"
+    half = 0.5 * 10.0**-places
+    return [half if isinstance(v, float) else 0.0 for v in values], f"{places} decimals"
+
+
+def _propagated(fn: str, rows: list[dict[str, Any]]) -> tuple[float, dict[str, str]]:
+    """How far ``fn`` over ``rows`` may move from the rounding of the stored predictions and
+    targets alone (first order for mse, exact bounds for mae and rmse), and each column's
+    stored precision."""
+    if fn in ("accuracy", "error_rate"):
+        return 0.0, {}
+    preds = [x for r in rows for x in _elements(r["pred"]) or []]
+    targets = [x for r in rows for x in _elements(r["target"]) or []]
+    raw_p = [x for r in rows for x in _raw(r["pred"])]
+    raw_t = [x for r in rows for x in _raw(r["target"])]
+    if len(preds) != len(targets) or len(raw_p) != len(preds) or len(raw_t) != len(targets):
+        return 0.0, {}
+    rp, sp = stored_resolution(raw_p)
+    rt, st = stored_resolution(raw_t)
+    deltas = np.asarray(rp) + np.asarray(rt)
+    diffs = np.abs(np.asarray(preds) - np.asarray(targets))
+    if not len(diffs):
+        return 0.0, {}
+    precision = {"pred": sp, "target": st}
+    if fn == "mae":
+        return float(deltas.mean()), precision
+    bound = float((2 * diffs * deltas + deltas**2).mean())
+    if fn == "mse":
+        return bound, precision
+    mse = float((diffs**2).mean())
+    return math.sqrt(mse + bound) - math.sqrt(max(mse - bound, 0.0)), precision
+
+
+def _raw(value: Any) -> list[Any]:
+    """The stored numbers of a prediction or target, flattened, as stored (int or float)."""
+    if isinstance(value, list):
+        return [x for item in value for x in _raw(item)]
+    return [value] if is_number(value) else []
 
 
 def _elements(value: Any) -> list[float] | None:
@@ -43,6 +131,10 @@ def _elements(value: Any) -> list[float] | None:
             out += inner
         return out
     return None
+
+
+def _is_float32(value: float) -> bool:
+    return float(np.float32(value)) == value
 
 
 def _recompute(fn: str, rows: list[dict[str, Any]]) -> tuple[float | None, str | None]:
@@ -186,6 +278,15 @@ def _rederive_run(run: RunData, ctx: Context) -> list[Finding]:
             dict(computed),
         )
     if reported is None:
+        keys = metric_keys(run.results)
+        if keys:
+            return out + say(
+                "not_checked",
+                f"results.json has no {name!r} on {split}: the declared metric name is none of "
+                f"its keys ({missing_metric_words(name, split, keys)}). Declare the name "
+                f"results.json uses ({DECLARE_METRIC}) or pass --metric.",
+                {**computed, "results_keys": keys},
+            )
         return out + say(
             "finding",
             f"results.json reports no {name} on {split}, though its {n} predictions give "
@@ -204,15 +305,26 @@ def _rederive_run(run: RunData, ctx: Context) -> list[Finding]:
     exact_fraction = fn in ("accuracy", "error_rate") and abs(share - round(share)) <= 1e-9 * n
     if exact_fraction and not isinstance(declared_decimals, int):
         decimals = FULL_PRECISION_DECIMALS
+    stored, columns = _propagated(fn, usable)
+    stored *= scale
     if decimals < FULL_PRECISION_DECIMALS:
         tolerance = 0.5 * 10.0**-decimals * (1 + 1e-9) + ABS_TOL
-        ok = abs(value - reported) <= tolerance
         precision = f"{decimals} decimals"
     else:
-        ok = math.isclose(value, reported, rel_tol=REL_TOL, abs_tol=ABS_TOL)
-        precision = "full precision"
+        shown = _shown(reported / scale)
+        float32 = shown is not None and shown[1] >= FULL_DIGITS and _is_float32(reported / scale)
+        tolerance = max(REL_TOL * abs(reported), ABS_TOL)
+        if float32:
+            # float32 arithmetic over n items: a few ulps, not float64's 1e-9.
+            tolerance = max(tolerance, 16 * EPS32 * abs(reported))
+        precision = "full precision (float32)" if float32 else "full precision"
         if exact_fraction:
             precision += f" (the reported value is an exact fraction of n={n})"
+    if stored:
+        precision += f", predictions stored at {columns['pred']}, targets at {columns['target']}"
+    tolerance += stored * (1 + 1e-6)
+    ok = abs(value - reported) <= tolerance
+    computed["tolerance"] = tolerance
     computed.update({"compared_at": precision, "difference": value - reported})
     if not ok:
         out += say(

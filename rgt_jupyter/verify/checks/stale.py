@@ -44,6 +44,19 @@ def _should_differ(a: RunData, b: RunData, ignore: list[str]) -> list[str]:
     return reasons
 
 
+def is_rerun(a: RunData, b: RunData, ignore: list[str]) -> bool:
+    """Whether ``b`` is a deterministic rerun of ``a``: the same config, code hash and seed (all
+    recorded), so the same numbers and checkpoint bytes are expected, not stale."""
+    if a.seed is None or a.seed != b.seed:
+        return False
+    code = a.provenance.get("code_hash")
+    if code is None or code != b.provenance.get("code_hash"):
+        return False
+    ca = {k: v for k, v in a.config.items() if not is_ignored(k, ignore)}
+    cb = {k: v for k, v in b.config.items() if not is_ignored(k, ignore)}
+    return ca == cb
+
+
 def _pairs(runs: list[RunData]) -> Iterable[tuple[RunData, RunData]]:
     for i, a in enumerate(runs):
         for b in runs[i + 1 :]:
@@ -78,7 +91,10 @@ def _stale_results(ctx: Context, runs: list[RunData], name: str | None, split: s
     same_file: list[dict[str, Any]] = []
     same_value: list[dict[str, Any]] = []
     compared = 0
+    reruns: list[list[str]] = []
     for a, b in _pairs(runs):
+        if is_rerun(a, b, ctx.ignore):
+            reruns.append([a.run_id, b.run_id])
         why = _should_differ(a, b, ctx.ignore)
         if not why or sha[a.run_id] is None or sha[b.run_id] is None:
             continue
@@ -88,7 +104,18 @@ def _stale_results(ctx: Context, runs: list[RunData], name: str | None, split: s
             same_file.append(row)
         elif value[a.run_id] is not None and value[a.run_id] == value[b.run_id]:
             same_value.append(row)
-    computed.update(compared_pairs=compared, same_results=same_file, same_value=same_value)
+    computed.update(
+        compared_pairs=compared,
+        same_results=same_file,
+        same_value=same_value,
+        deterministic_reruns=reruns,
+    )
+    rerun_note = (
+        f"; {len(reruns)} pair(s) are deterministic reruns (same config, code and seed: the "
+        "same numbers are expected)"
+        if reruns
+        else ""
+    )
 
     def out(verdict: str, text: str, involved: list[RunData]) -> Finding:
         return finding(check, verdict, text, involved, computed, inputs)
@@ -111,6 +138,12 @@ def _stale_results(ctx: Context, runs: list[RunData], name: str | None, split: s
             "evaluated",
             _involved(runs, same_value),
         )
+    if compared == 0 and reruns:
+        return out(
+            "pass",
+            "no two runs should differ (by seed or config)" + rerun_note,
+            runs,
+        )
     if compared == 0:
         return out(
             "not_checked",
@@ -119,7 +152,9 @@ def _stale_results(ctx: Context, runs: list[RunData], name: str | None, split: s
             runs,
         )
     return out(
-        "pass", f"{compared} pair(s) of runs that should differ report different results", runs
+        "pass",
+        f"{compared} pair(s) of runs that should differ report different results{rerun_note}",
+        runs,
     )
 
 
@@ -161,7 +196,7 @@ def _manifest_entry(run: RunData, path: str) -> dict[str, Any] | None:
 
 
 def _checkpoint_problems(
-    run: RunData, runs: list[RunData], declared: dict[str, Any]
+    run: RunData, runs: list[RunData], declared: dict[str, Any], ignore: list[str]
 ) -> tuple[list[tuple[str, list[RunData]]], str | None, str | None]:
     """(problems as (text, runs involved), sha256 of the declared checkpoint, why unchecked)."""
     problems: list[tuple[str, list[RunData]]] = []
@@ -193,7 +228,12 @@ def _checkpoint_problems(
             None,
             "the checkpoint is named without a sha256 and is not in manifest.json",
         )
-    owners = [o for o in runs if o is not run and digest in _checkpoint_files(o)]
+    # A deterministic rerun writes the same bytes: holding them is expected, not a copy.
+    owners = [
+        o
+        for o in runs
+        if o is not run and digest in _checkpoint_files(o) and not is_rerun(run, o, ignore)
+    ]
     if owners:
         names = ", ".join(o.run_id for o in owners)
         problems.append(
@@ -232,7 +272,7 @@ def _stale_checkpoints(ctx: Context, runs: list[RunData]) -> list[Finding]:
             continue
         if declared is None:
             continue
-        found, digest, why = _checkpoint_problems(run, runs, declared)
+        found, digest, why = _checkpoint_problems(run, runs, declared, ctx.ignore)
         problems += found
         if digest:
             declared_shas.add(digest)
