@@ -18,6 +18,11 @@ in ``runs/<run-id>/outputs/`` when pulled):
 ``verify/shuffle.json``            ``{"metric", "real", "shuffled", "n"}``: the score on real
                                    inputs and on inputs shuffled across items
 ``verify/changed.json``            ``{"keys": [...]}``: the config keys this run means to change
+``verify/search.json``             ``{"metric", "direction", "split", "trials": [{"config",
+                                   "value"}, ...]}``: the tuning search behind the run (a failed
+                                   trial has ``"value": null``)
+``results.json: tasks``            ``{"tasks": {task: value}}`` or ``{task: {metric: value}}``:
+                                   per-task scores for the multi-task comparison
 =================================  ==============================================================
 
 Anything missing makes the checks that need it ``not_checked``, and that is disclosed.
