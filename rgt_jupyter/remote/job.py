@@ -17,6 +17,9 @@ python / numpy / torch (and CUDA) RNG states saved with it.
 from __future__ import annotations
 
 import atexit
+import base64
+import calendar
+import datetime
 import errno
 import hashlib
 import importlib.util
@@ -25,6 +28,7 @@ import os
 import random
 import re
 import signal
+import struct
 import sys
 import threading
 import time
@@ -265,14 +269,41 @@ def declare_checkpoint(path: str, step: int) -> str:
     return target
 
 
-def save_split(name: str, ids: Any, hashes: Any = None) -> str:
+def save_split(
+    name: str,
+    ids: Any,
+    hashes: Any = None,
+    items: Any = None,
+    kind: Optional[str] = None,
+    groups: Any = None,
+    times: Any = None,
+) -> str:
     """Record a split's membership: ``splits/<name>.ids`` (one id per line) and, given
     ``hashes`` (a dict id → sha256 of the item's bytes, or a list in the order of ``ids``),
-    ``splits/<name>.sha256``, so a leak under another name is found too."""
+    ``splits/<name>.sha256``, so a leak under another name is found too.
+
+    ``items`` (the items themselves, a dict id → item or a list in the order of ``ids``) are
+    read here, where the data lives, and only their signatures are written
+    (``splits/<name>.sig``, see :data:`SIG_SCHEMA`): texts (str) as MinHash, images (arrays
+    HxW, HxWxC or CxHxW; numpy needed) as dHash, table rows (tuples, lists or dicts of values)
+    as rounded-row hashes; ``kind`` ("text", "image", "row") says which when guessing is not
+    enough. Their content sha256 is written too when ``hashes`` is not given. ``groups`` (an
+    entity key per item: patient, user, source document) and ``times`` (numbers of seconds,
+    datetimes or ISO 8601 texts) let %verify find the same group in train and test, and test
+    items older than train items."""
     ids = [str(i) for i in ids]
     for item in ids:
         if "\n" in item or "\r" in item:
             raise ValueError("split ids cannot contain line breaks: %r" % (item,))
+    if kind not in (None, "text", "image", "row"):
+        raise ValueError("kind must be 'text', 'image' or 'row', not %r" % (kind,))
+    if items is not None or groups is not None or times is not None:
+        lines_out = _signatures(name, ids, items, kind, groups, times)
+        sig = "".join(json.dumps(r, sort_keys=True) + "\n" for r in lines_out).encode("utf-8")
+        _atomic_write(os.path.join(out_dir(), "splits", "%s.sig" % name), lambda fh: fh.write(sig))
+        if hashes is None and items is not None:
+            values = _aligned(ids, items, "items")
+            hashes = {i: _content_sha(v) for i, v in zip(ids, values) if v is not None}  # noqa: B905
     path = os.path.join(out_dir(), "splits", "%s.ids" % name)
     data = "".join(i + "\n" for i in ids).encode("utf-8")
     _atomic_write(path, lambda fh: fh.write(data))
@@ -334,6 +365,305 @@ def save_shuffle_score(metric: str, real: float, shuffled: float, n: Optional[in
     record = {"metric": metric, "real": float(real), "shuffled": float(shuffled), "n": n}
     _write_json_atomic(path, record)
     return path
+
+
+# ----------------------------------------------------------------------------- split signatures
+
+#: ``splits/<split>.sig`` (JSON lines): a header ``{"schema": SIG_SCHEMA, "split", "n", "text",
+#: "image", "row", "group", "time"}`` (each kind's parameters, or null when absent), then one
+#: line per item: ``{"id"}`` plus, where declared, ``"text"`` (base64 of 64 big-endian uint16:
+#: one-permutation MinHash over character 5-shingles, densified), ``"image"`` (32 hex digits:
+#: dHash 8x8 of the grayscale image across, then down), ``"row"`` (16 hex digits: sha256 of the row with numbers
+#: rounded to 4 significant digits and strings normalised), ``"group"`` (the group key, text) and
+#: ``"time"`` (seconds since the epoch). Only these travel, never the items.
+SIG_SCHEMA = "rgt-split-sig/1"
+_SHINGLE, _BINS, _IMG, _DIGITS = 5, 64, 8, 4
+SIG_TEXT = {"method": "oph-minhash", "shingle": _SHINGLE, "bins": _BINS, "bits": 16}
+SIG_IMAGE = {"method": "dhash-hv", "size": _IMG, "bits": 128}
+SIG_ROW = {"method": "rounded-sha256", "digits": _DIGITS, "bits": 64}
+_M64 = (1 << 64) - 1
+_VAL_BITS = 58
+_VAL_MASK = (1 << _VAL_BITS) - 1
+_ROLL = 0x100000001B3
+_DENSIFY = 0x2545F4914F6CDD1D
+_WORD_RE = re.compile(r"\w+")
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser: spreads a 64-bit value over all bits."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def _norm_text(text: str) -> str:
+    """Case folded, words only, single spaces: case and punctuation edits are not new text."""
+    return " ".join(_WORD_RE.findall(text.casefold()))
+
+
+def _shingle_codes(norm: str) -> List[int]:
+    """The code points of a normalised text (one shingle of all of it when shorter than 5)."""
+    return [ord(c) for c in norm]
+
+
+def _densify(mins: List[Optional[int]]) -> List[int]:
+    """Fill empty bins from the next filled one to the right (rotation densification)."""
+    k = len(mins)
+    out = [0] * k
+    for j in range(k):
+        t = 0
+        while mins[(j + t) % k] is None:
+            t += 1
+        out[j] = (mins[(j + t) % k] + t * _DENSIFY) & _VAL_MASK  # type: ignore[operator]
+    return out
+
+
+def _text_sig_py(text: str) -> Optional[List[int]]:
+    """The 64 16-bit MinHash values of one text, in pure Python (None for an empty text)."""
+    codes = _shingle_codes(_norm_text(text))
+    if not codes:
+        return None
+    size = _SHINGLE
+    width = min(size, len(codes))
+    bins = _BINS
+    mins: List[Optional[int]] = [None] * bins
+    for start in range(len(codes) - width + 1):
+        x = 0
+        for c in codes[start : start + width]:
+            x = (x * _ROLL + c) & _M64
+        h = _mix64(x)
+        b, v = h >> _VAL_BITS, h & _VAL_MASK
+        cur = mins[b]
+        if cur is None or v < cur:
+            mins[b] = v
+    return [v & 0xFFFF for v in _densify(mins)]
+
+
+def _text_sigs_np(np: Any, texts: List[str]) -> List[Optional[List[int]]]:
+    """:func:`_text_sig_py` for many texts at once with numpy (the same values)."""
+    out: List[Optional[List[int]]] = []
+    u64 = np.uint64
+    size, bins, empty = _SHINGLE, _BINS, 1 << 62
+    for lo in range(0, len(texts), 8192):
+        norms = [_norm_text(t) for t in texts[lo : lo + 8192]]
+        short = {i: _text_sig_py(n) for i, n in enumerate(norms) if len(n) < size}
+        lengths = np.array([len(n) if len(n) >= size else 0 for n in norms], dtype=np.int64)
+        joined = "".join(n for n in norms if len(n) >= size)
+        mins = np.full(len(norms) * bins, empty, dtype=np.int64)
+        if len(joined) >= size:
+            codes = np.frombuffer(joined.encode("utf-32-le"), dtype="<u4").astype(u64)
+            owner = np.repeat(np.arange(len(norms)), lengths)
+            n = len(codes) - size + 1
+            x = np.zeros(n, dtype=u64)
+            with np.errstate(over="ignore"):
+                for j in range(size):
+                    x = x * u64(_ROLL) + codes[j : j + n]
+                x = x + u64(0x9E3779B97F4A7C15)
+                x = (x ^ (x >> u64(30))) * u64(0xBF58476D1CE4E5B9)
+                x = (x ^ (x >> u64(27))) * u64(0x94D049BB133111EB)
+                x = x ^ (x >> u64(31))
+            inside = owner[:n] == owner[size - 1 :]
+            x, own = x[inside], owner[:n][inside]
+            key = own * bins + (x >> u64(_VAL_BITS)).astype(np.int64)
+            np.minimum.at(mins, key, (x & u64(_VAL_MASK)).astype(np.int64))
+        mins = np.where(mins == empty, -1, mins).reshape(len(norms), bins)
+        # Densified as _densify does, in 16 bits: (v + t*C) mod 2**16 only needs v mod 2**16.
+        filled = mins >= 0
+        cols = np.arange(2 * bins)
+        where = np.where(np.concatenate([filled, filled], axis=1), cols, 4 * bins)
+        nxt = np.minimum.accumulate(where[:, ::-1], axis=1)[:, ::-1][:, :bins]
+        has = filled.any(axis=1)
+        nxt = np.where(has[:, None], nxt, cols[:bins])
+        low = (mins & 0xFFFF).astype(np.uint64)
+        donor = np.take_along_axis(low, nxt % bins, axis=1)
+        dist = (nxt - cols[:bins]).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            dense = (donor + dist * u64(_DENSIFY)) & u64(0xFFFF)
+        for i, row in enumerate(dense.tolist()):
+            out.append(short[i] if i in short else row if has[i] else None)
+    return out
+
+
+def _sig_b64(values: List[int]) -> str:
+    return base64.b64encode(struct.pack(">%dH" % len(values), *values)).decode("ascii")
+
+
+def _gray_np(np: Any, image: Any) -> Any:
+    """A 2-D float array of an image given as HxW, HxWxC or CxHxW (C in 1, 3, 4)."""
+    a = np.asarray(image, dtype=np.float64)
+    if a.ndim == 3:
+        if a.shape[-1] in (1, 3, 4):
+            a = a[..., : min(3, a.shape[-1])].mean(axis=-1)
+        elif a.shape[0] in (1, 3, 4):
+            a = a[: min(3, a.shape[0])].mean(axis=0)
+    if a.ndim != 2 or a.size == 0:
+        raise ValueError("an image is HxW, HxWxC or CxHxW, not shape %r" % (a.shape,))
+    return a
+
+
+def _area_resize(np: Any, a: Any, rows: int, cols: int) -> Any:
+    """Box-average ``a`` down (or nearest up) to rows x cols."""
+    h, w = a.shape
+    if h < rows or w < cols:
+        return a[np.arange(rows) * h // rows][:, np.arange(cols) * w // cols]
+    r0 = -(-np.arange(rows) * h // rows)
+    c0 = -(-np.arange(cols) * w // cols)
+    sums = np.add.reduceat(np.add.reduceat(a, r0, axis=0), c0, axis=1)
+    rn = np.diff(np.append(r0, h))
+    cn = np.diff(np.append(c0, w))
+    return sums / (rn[:, None] * cn[None, :])
+
+
+def _image_sig(np: Any, image: Any) -> str:
+    """dHash both ways: a 9x8 box-averaged grayscale, each bit saying a cell is brighter than
+    its left neighbour, then an 8x9 one, each bit saying brighter than the one above (128
+    bits: one way alone leaves unrelated smooth images too close)."""
+    gray = _gray_np(np, image)
+    wide = _area_resize(np, gray, _IMG, _IMG + 1)
+    tall = _area_resize(np, gray, _IMG + 1, _IMG)
+    bits = list((wide[:, 1:] > wide[:, :-1]).reshape(-1)) + list(
+        (tall[1:, :] > tall[:-1, :]).reshape(-1)
+    )
+    value = 0
+    for bit in bits:
+        value = (value << 1) | int(bit)
+    return "%032x" % value
+
+
+def _row_value(value: Any) -> Any:
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        if value != value:
+            return "nan"
+        return float("%.*g" % (_DIGITS, value))
+    if isinstance(value, bytes):
+        return hashlib.sha256(value).hexdigest()
+    return " ".join(str(value).casefold().split())
+
+
+def _row_sig(row: Any) -> str:
+    """A row's values (a dict's in key order) rounded and normalised, hashed."""
+    values = [row[k] for k in sorted(row)] if isinstance(row, dict) else list(row)
+    text = json.dumps([_row_value(v) for v in values], separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _content_sha(item: Any) -> str:
+    """sha256 of an item's content: a text's UTF-8, bytes as they are, an array's dtype, shape
+    and bytes, a row's canonical JSON."""
+    if isinstance(item, str):
+        return hashlib.sha256(item.encode("utf-8")).hexdigest()
+    if isinstance(item, (bytes, bytearray)):
+        return hashlib.sha256(bytes(item)).hexdigest()
+    if hasattr(item, "tobytes") and hasattr(item, "dtype"):
+        head = ("%s%r" % (item.dtype, tuple(item.shape))).encode()
+        return hashlib.sha256(head + item.tobytes()).hexdigest()
+    return hashlib.sha256(json.dumps(item, default=_json_default).encode()).hexdigest()
+
+
+def _kind_of(item: Any) -> str:
+    """What an item is signed as; bytes (an encoded file) get their content sha256 only."""
+    if isinstance(item, str):
+        return "text"
+    if isinstance(item, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(item, dict):
+        return "row"
+    ndim = getattr(item, "ndim", None)
+    if ndim is not None:
+        return "image" if ndim >= 2 else "row"
+    if isinstance(item, (list, tuple)) and item and isinstance(item[0], (list, tuple)):
+        return "image"
+    return "row"
+
+
+def _aligned(ids: List[str], values: Any, what: str) -> List[Any]:
+    """``values`` given as a dict id → value or a sequence in the order of ``ids``."""
+    if isinstance(values, dict):
+        return [values.get(i) for i in ids]
+    values = list(values)
+    if len(values) != len(ids):
+        raise ValueError("%s and ids differ in length: %d, %d" % (what, len(values), len(ids)))
+    return values
+
+
+def _as_seconds(value: Any) -> Optional[float]:
+    """A time as seconds since the epoch: a number, a datetime or date (naive = UTC), an ISO
+    8601 text."""
+    if value is None:
+        return None
+    if hasattr(value, "item") and not isinstance(value, str):
+        value = value.item()
+    if isinstance(value, str):
+        value = datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return value.timestamp()
+    if isinstance(value, datetime.date):
+        return float(calendar.timegm(value.timetuple()))
+    return float(value)
+
+
+def _signatures(
+    name: str, ids: List[str], items: Any, kind: Optional[str], groups: Any, times: Any
+) -> List[Dict[str, Any]]:
+    """The lines of ``splits/<name>.sig`` (the header first)."""
+    rows: List[Dict[str, Any]] = [{"id": i} for i in ids]
+    used = set()
+    notes: Dict[str, str] = {}
+    if items is not None:
+        values = _aligned(ids, items, "items")
+        kinds = [kind or _kind_of(v) for v in values]
+        np = _maybe_import("numpy")
+        pairs = enumerate(zip(values, kinds))  # noqa: B905 - 3.8; same length
+        texts = [(n, v) for n, (v, k) in pairs if k == "text" and v is not None]
+        if texts:
+            used.add("text")
+            strs = [str(v) for _, v in texts]
+            sigs = _text_sigs_np(np, strs) if np is not None else [_text_sig_py(t) for t in strs]
+            for (n, _), sig in zip(texts, sigs):  # noqa: B905 - 3.8; same length
+                if sig is not None:
+                    rows[n]["text"] = _sig_b64(sig)
+        for n, (value, k) in enumerate(zip(values, kinds)):  # noqa: B905 - 3.8; same length
+            if value is None or k in ("text", "bytes"):
+                continue
+            if k == "image":
+                used.add("image")
+                if np is None:
+                    notes["image"] = "numpy is not importable where the job ran"
+                    continue
+                rows[n]["image"] = _image_sig(np, value)
+            elif k == "row":
+                used.add("row")
+                rows[n]["row"] = _row_sig(value)
+            else:
+                raise ValueError("kind must be 'text', 'image' or 'row', not %r" % (k,))
+    if groups is not None:
+        for row, g in zip(rows, _aligned(ids, groups, "groups")):  # noqa: B905 - 3.8; checked
+            if g is not None:
+                row["group"] = str(g)
+    if times is not None:
+        for row, t in zip(rows, _aligned(ids, times, "times")):  # noqa: B905 - 3.8; checked
+            sec = _as_seconds(t)
+            if sec is not None:
+                row["time"] = sec
+    head: Dict[str, Any] = {
+        "schema": SIG_SCHEMA,
+        "split": name,
+        "n": len(ids),
+        "text": SIG_TEXT if "text" in used else None,
+        "image": SIG_IMAGE if "image" in used and "image" not in notes else None,
+        "row": SIG_ROW if "row" in used else None,
+        "group": groups is not None,
+        "time": times is not None,
+        "not_signed": notes,
+    }
+    return [head] + rows
 
 
 # ----------------------------------------------------------------------------- preemption

@@ -11,6 +11,10 @@ in ``runs/<run-id>/outputs/`` when pulled):
 ``config.json``                    the config (``job.save_config``; flattened to dotted keys)
 ``splits/<split>.ids``             one item id per line
 ``splits/<split>.sha256``          ``<sha256>  <id>`` per line: each item's content hash
+``splits/<split>.sig``             JSON lines: a header with the parameters, then per item its
+                                   near-duplicate signature (MinHash of text, dHash of an image,
+                                   a rounded row's hash), group and time (``job.save_split(...,
+                                   items=, groups=, times=)``; only signatures travel)
 ``predictions/<split>.jsonl``      ``{"id", "pred", "target"}`` per line
 ``verify/evals.jsonl``             ``{"split", "step", "purpose", "metrics"}`` per evaluation;
                                    purpose: report, early_stopping, checkpoint_selection, tuning

@@ -35,7 +35,7 @@ _DIRECTION_WORDS = {
 EXAMPLES = 5
 
 #: The job-side calls a disclosure points to when something was not declared.
-SAVE_SPLIT = "job.save_split(name, ids, hashes=None)"
+SAVE_SPLIT = "job.save_split(name, ids, items=items)"
 SAVE_PREDICTIONS = "job.save_predictions(split, ids, preds, targets)"
 LOG_EVAL = "job.log_eval(split, step, metrics, purpose=...)"
 SAVE_OUTPUTS = "job.save_outputs(split, ids, vectors)"
