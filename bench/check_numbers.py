@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import platform
 import random
 import sys
 import tempfile
@@ -27,30 +26,19 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
 REPO = HERE.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from _machine import machine  # noqa: E402 - the bench folder on the path
 
 from rgt_jupyter.deliver.check_numbers import check_numbers  # noqa: E402 - needs the repo
 
 GOAL_SECONDS = 2.0
 RUNS = 5
 Snippet = tuple[str, int]  # text and how many numbers it holds
-
-
-def machine() -> dict[str, Any]:
-    """``machine_info()`` of the other benchmarks; platform facts when it cannot be imported."""
-    sys.path.insert(0, str(HERE))
-    try:
-        from _ssh_env import machine_info
-
-        return machine_info()
-    except ImportError:
-        return {
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "machine": platform.machine(),
-        }
 
 
 def make_project(root: Path, rng: random.Random) -> tuple[Path, list[dict[str, Any]]]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -33,9 +32,13 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
 REPO = HERE.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from _machine import machine  # noqa: E402 - the bench folder on the path
 
 import rgt_jupyter.job as job  # noqa: E402 - needs the repo
 from rgt_jupyter.verify.checks.leakage import (  # noqa: E402 - needs the repo
@@ -56,22 +59,6 @@ VOCAB = [
 ]
 _P = 1 / np.arange(1, len(VOCAB) + 1)
 _P /= _P.sum()
-
-
-def machine() -> dict[str, Any]:
-    """``machine_info()`` of the other benchmarks; platform facts when it cannot be imported."""
-    sys.path.insert(0, str(HERE))
-    try:
-        from _ssh_env import machine_info
-
-        return machine_info()
-    except ImportError:
-        return {
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "machine": platform.machine(),
-            "cpu_count": os.cpu_count(),
-        }
 
 
 # ----------------------------------------------------------------------------- items

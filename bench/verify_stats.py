@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 import warnings
@@ -32,9 +31,13 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
 REPO = HERE.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from _machine import machine  # noqa: E402 - the bench folder on the path
 
 from rgt_jupyter.verify.checks.resample import two_level  # noqa: E402 - needs the repo
 
@@ -49,21 +52,6 @@ REGIMES = [
     (5, 2000, 0.002, 0.30, 0.05, 0.025),  # test-set-dominated, large test set
     (3, 300, 0.004, 0.15, 0.10, 0.040),  # both
 ]
-
-
-def machine() -> dict[str, Any]:
-    """``machine_info()`` of the other benchmarks; platform facts when it cannot be imported."""
-    sys.path.insert(0, str(HERE))
-    try:
-        from _ssh_env import machine_info
-
-        return machine_info()
-    except ImportError:
-        return {
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "machine": platform.machine(),
-        }
 
 
 def simulate(

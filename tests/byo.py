@@ -127,3 +127,13 @@ def same_as_uninterrupted(resumed: Job, uninterrupted: dict[str, Any], steps: in
     result = resumed.result()
     assert result["steps"] == uninterrupted["steps"] == steps
     assert result["weights_sha256"] == uninterrupted["weights_sha256"]
+
+
+def went_on_from_the_preemption(resumed: Job, preempt_at: int, steps: int) -> None:
+    """The resumed attempt reported every step with its loss, and its first progress came after
+    the preemption's checkpoint, not from step 0."""
+    snap = resumed.snapshot(log_lines=0)
+    assert snap.progress is not None and snap.progress["step"] == steps
+    assert snap.progress["total"] == steps and "loss" in snap.progress
+    first = resumed.progress_records()[0]
+    assert preempt_at <= first["step"] < steps

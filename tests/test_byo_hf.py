@@ -22,6 +22,7 @@ from .byo import (
     rgt_run,
     same_as_uninterrupted,
     uninterrupted_run,
+    went_on_from_the_preemption,
 )
 
 #: A 2-layer GPT-2 on token ids made here; 36 optimizer steps, a checkpoint every 10.
@@ -87,11 +88,7 @@ def test_trainer_preempted_from_a_kernel_resumes_bit_identical(
     with kernel(project, tmp_path) as run:
         resumed = preempt_and_resume(project, "hfk", lambda: run(cell), PREEMPT_AT)
     _check(resumed, uninterrupted)
-    snap = resumed.snapshot(log_lines=0)
-    assert snap.progress is not None and snap.progress["step"] == STEPS
-    assert snap.progress["total"] == STEPS and "loss" in snap.progress
-    first = resumed.progress_records()[0]
-    assert PREEMPT_AT <= first["step"] < STEPS  # it went on from the preemption's checkpoint
+    went_on_from_the_preemption(resumed, PREEMPT_AT, STEPS)
     ckpts = sorted(Path(resumed.spec.ckpt_dir, "gpt2").glob("checkpoint-*"))
     assert all((c / "rgt-complete.sha256").exists() for c in ckpts), ckpts
     pull_and_gate(project, resumed)

@@ -20,6 +20,7 @@ from .byo import (
     rgt_run,
     same_as_uninterrupted,
     uninterrupted_run,
+    went_on_from_the_preemption,
 )
 
 #: A small MLP with dropout on shuffled data made here: 12 batches an epoch, 3 epochs, a
@@ -95,11 +96,7 @@ def test_lightning_preempted_from_a_kernel_resumes_bit_identical(
     with kernel(project, tmp_path) as run:
         resumed = preempt_and_resume(project, "plk", lambda: run(cell), PREEMPT_AT)
     _check(resumed, uninterrupted)
-    snap = resumed.snapshot(log_lines=0)
-    assert snap.progress is not None and snap.progress["step"] == STEPS
-    assert snap.progress["total"] == STEPS and "loss" in snap.progress
-    first = resumed.progress_records()[0]
-    assert PREEMPT_AT <= first["step"] < STEPS  # it went on from the preemption's checkpoint
+    went_on_from_the_preemption(resumed, PREEMPT_AT, STEPS)
     preempted = list(Path(resumed.spec.ckpt_dir).glob("preempted-step=*.ckpt"))
     assert len(preempted) == 1 and Path(f"{preempted[0]}.sha256").exists()
     pull_and_gate(project, resumed)

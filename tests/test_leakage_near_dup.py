@@ -7,6 +7,7 @@ declares it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -28,59 +29,32 @@ from .test_agent import python38
 from .verify_fixtures import make_run
 
 REPO = Path(__file__).resolve().parent.parent
-_WORDS = np.random.default_rng(12345)
-#: Words of 2 to 9 random letters, drawn by Zipf's law (p ~ 1/rank), as a language's are.
-VOCAB = [
-    "".join(chr(97 + c) for c in _WORDS.integers(0, 26, _WORDS.integers(2, 10)))
-    for _ in range(3000)
-]
-_P = 1 / np.arange(1, len(VOCAB) + 1)
-_P /= _P.sum()
+
+
+def _load_bench() -> Any:
+    """``bench/leakage.py`` as a module."""
+    spec = importlib.util.spec_from_file_location("leakage_bench", REPO / "bench" / "leakage.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: The bench's item makers (one definition of the planted near duplicates for both).
+BENCH = _load_bench()
+VOCAB, _P = BENCH.VOCAB, BENCH._P
+_paraphrase, _image, _reencoded = BENCH.paraphrase, BENCH.image, BENCH.reencoded
+_row, _near_row = BENCH.row, BENCH.near_row
 
 
 def _text(rng: np.random.Generator, words: int = 40) -> str:
     return " ".join(VOCAB[int(r)] for r in rng.choice(len(VOCAB), words, p=_P))
 
 
-def _paraphrase(rng: np.random.Generator, text: str) -> str:
-    """A few words replaced, one inserted, case and punctuation changed."""
-    words = text.split()
-    for at in rng.choice(len(words), size=max(1, len(words) // 12), replace=False):
-        words[int(at)] = VOCAB[int(rng.integers(len(VOCAB)))]
-    words.insert(int(rng.integers(len(words))), "indeed")
-    return (", ".join(words[:5]) + ". " + " ".join(words[5:])).upper() + "!"
-
-
 def _overlap(rng: np.random.Generator, text: str) -> str:
     """Most of the text, cut at characters, with new text before and after."""
     cut = len(text) // 10
     return _text(rng, 3) + text[cut : len(text) - cut] + _text(rng, 3)
-
-
-def _image(rng: np.random.Generator, size: int = 64) -> np.ndarray:
-    """A smooth RGB image: random light and dark blobs."""
-    yy, xx = np.mgrid[0:size, 0:size] / size
-    img = np.zeros((size, size, 3))
-    for _ in range(16):
-        cy, cx, s = rng.random(), rng.random(), 0.04 + 0.12 * rng.random()
-        blob = np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * s * s))
-        img += blob[..., None] * (rng.random(3) - 0.5) * 2
-    img -= img.min()
-    return np.clip(255 * img / img.max(), 0, 255).astype(np.uint8)
-
-
-def _reencoded(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
-    """Resized to half by 2x2 averaging, then JPEG-like noise."""
-    half = img.astype(float).reshape(32, 2, 32, 2, 3).mean(axis=(1, 3))
-    return np.clip(np.round(half + rng.normal(0, 2.0, half.shape)), 0, 255).astype(np.uint8)
-
-
-def _row(rng: np.random.Generator) -> list[Any]:
-    return [*(rng.normal(size=6) * 100).tolist(), f"City {int(rng.integers(50))}"]
-
-
-def _near_row(rng: np.random.Generator, row: list[Any]) -> list[Any]:
-    return [v * (1 + 1e-7 * rng.normal()) for v in row[:-1]] + ["  " + row[-1].lower() + " "]
 
 
 def _declared_run(
