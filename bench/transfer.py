@@ -1,413 +1,553 @@
-"""Benchmark: how fast ``Job.pull`` brings a large output over SSH, against OpenSSH ``scp``.
+"""Benchmark: rgt's pulls and pushes over SSH, shape by shape, against scp, rsync and ``tar | ssh``,
+on a near link (loopback) and a far one (a userspace link with a fixed one-way delay and a
+bandwidth cap in front of the same server, ``tests/farlink.py``), in one run.
 
-In a temporary dir: starts a throwaway OpenSSH server on 127.0.0.1 (``tests/sshd.py``), sets up an
-ssh_config, known_hosts and a project profile ``box`` as the tests do, and launches a job over SSH
-that writes ``--size-mib`` MiB of random bytes to ``$RGT_OUT/random.bin``. Then, on the same
-loopback server and file, ``--repeats`` times each, interleaved:
+In a temporary dir: a throwaway OpenSSH server on 127.0.0.1 (``tests/sshd.py``), an ssh_config
+with the alias ``testbox`` (direct) and ``farbox`` (through the far link), and a project profile
+``box``. Three jobs write the pull shapes (one large file; many 4 KiB files; many 1 MiB files), and
+a local tree is the push shape. Then, for each link and each shape, ``--repeats`` times,
+interleaved (rgt, then each anchor, then rgt again...), every method from a cold start: rgt's
+connections are closed before each sample, as each anchor opens its own.
 
-* ``rgt_pull``: ``Job.pull()`` with the default settings: job state, end-of-job manifest, the
-  remote listing (the agent's sha256 manifest), the stream with sha256 and write as bytes land,
-  fsync, checkpoint loads, run folder, registry;
-* ``rgt_pull_paramiko``: the same with ``RGT_SSH_TRANSFER=paramiko`` (the one transfer setting a
-  user can change; ``openssh`` is what ``auto`` picks here);
-* ``scp``: OpenSSH ``scp`` of the file alone, forced to the cipher rgt's stream negotiated;
-* references: ``scp`` with OpenSSH's default cipher, plain ``paramiko.SFTPClient.get()``.
+* pulls: ``Job.pull()`` (state, listing with sha256, the transfer, fsync, checkpoint loads, run
+  folder, registry), against ``scp``, ``rsync -a`` and ``ssh cat``/``ssh tar`` of the same files;
+* pushes: :func:`rgt_jupyter.jobs.bundle.push_files` of the tree into a fresh job (the
+  content-addressed store first empty, then holding the tree), against ``rsync -a`` into a fresh
+  folder and again into the same one;
+* resume: a pull cut once about half its bytes came (``tests/faultproxy.py``), then pulled again:
+  the bytes sent again over the bytes that had landed, for the batched stream and for a large
+  file over parallel streams.
 
-Also: the pull's phases (medians), local sha256, write and fsync of the same size, and an SSH
-handshake. MB/s is 10^6 bytes per second; ratios are scp's median seconds over the method's.
-Writes ``bench/results/transfer.json`` (or ``--out``).
+Every anchor runs with the cipher rgt's stream negotiated (``-c``). Also the fixed costs a user
+feels: a pull of a job with three small checkpoints, ``rgt jobs`` over 1,000 ended jobs, and
+``rgt down`` re-checking a project whose job was pulled. Seconds are medians; ratios are rgt's
+median over the anchor's. Writes ``bench/results/transfer.json`` (or ``--out``).
 
-    python bench/transfer.py [--size-mib 1024] [--repeats 3] [--out PATH]
+    python bench/transfer.py [--scale 1.0] [--repeats 3] [--delay-ms 40] [--rate-mbit 1000]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
-import re
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _ssh_env import SshBox, machine_info, ssh_box, summarize  # noqa: E402
+from _machine import machine  # noqa: E402
+from _ssh_env import SshBox, _close_connections, ssh_box  # noqa: E402
 
-BLOCK = 16 << 20
-JOB = """\
+CIPHER = "aes128-gcm@openssh.com"
+WRITER = """\
 import os, rgt_jupyter.job as job
-size = {size}
-with open(os.path.join(os.environ["RGT_OUT"], "random.bin"), "wb") as fh:
-    left = size
-    while left:
-        n = min(left, {block})
-        fh.write(os.urandom(n))
-        left -= n
-job.save_results({{"bytes": size}})
-"""
-KEX_RE = re.compile(r"kex: server->client cipher: (\S+) MAC: (\S+)")
-
-
-@contextlib.contextmanager
-def timed_phases(seconds: dict[str, float]) -> Iterator[None]:
-    """Add the time spent in each step of ``rgt_jupyter.run.pull.pull`` to ``seconds``."""
-    from rgt_jupyter.run import pull as pull_mod
-
-    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                seconds[name] += time.perf_counter() - t0
-
-        return timed
-
-    with contextlib.ExitStack() as stack:
-        for target, attr, name in (
-            (pull_mod, "observe", "status"),
-            (pull_mod, "remote_listing", "remote_listing"),
-            (pull_mod, "_fetch", "fetch"),
-            (pull_mod, "load_checkpoints", "checkpoint_loads"),
-        ):
-            stack.enter_context(mock.patch.object(target, attr, wrap(name, getattr(target, attr))))
-        yield
-
-
-def sha256_of(path: Path) -> str:
-    from rgt_jupyter.remote.agent import sha256_file
-
-    return sha256_file(str(path))[0]
-
-
-def settle() -> None:
-    """Flush dirty pages, so one measurement does not pay for the previous one's writes."""
-    os.sync()
-    time.sleep(0.2)
-
-
-def stream_cipher(alias: str, project: Path) -> dict[str, str]:
-    """The cipher and MAC the OpenSSH stream of rgt negotiates with the box (``ssh -v``)."""
-    from rgt_jupyter.transport.ssh import stream
-    from rgt_jupyter.transport.ssh.hosts import resolve, ssh_config_path
-
-    binary = stream.openssh_binary()
-    assert binary is not None
-    argv = stream.openssh_argv(
-        binary, alias, ssh_config_path(), resolve(alias, project).known_hosts, "true"
-    )
-    argv = [a.replace("LogLevel=ERROR", "LogLevel=DEBUG1") for a in argv]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
-    found = KEX_RE.search(proc.stderr)
-    if not found:
-        raise RuntimeError("ssh -v did not report the negotiated cipher")
-    return {"cipher": found.group(1), "mac": found.group(2)}
-
-
-def scp_argv(box: SshBox, src: str, dest: Path, cipher: str | None) -> list[str]:
-    argv = ["scp", "-v", *box.ssh_options(), "-P", str(box.sshd.port)]
-    if cipher:
-        argv += ["-c", cipher]
-    return [*argv, f"root@127.0.0.1:{src}", str(dest)]
-
-
-def run_scp(argv: list[str]) -> tuple[float, dict[str, str]]:
-    """Seconds for one scp, and the cipher and MAC it negotiated (from its ``-v`` output)."""
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False)
-    seconds = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"scp failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    found = KEX_RE.search(proc.stderr)
-    if not found:
-        raise RuntimeError("scp -v did not report the negotiated cipher")
-    return seconds, {"cipher": found.group(1), "mac": found.group(2)}
-
-
-def time_get(box: SshBox, src: str, dest: Path) -> float:
-    """A plain paramiko ``SFTPClient.get()`` (defaults, fresh client, handshake not timed)."""
-    import paramiko
-
-    client = paramiko.SSHClient()
-    client.load_system_host_keys(str(box.known_hosts))
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    client.connect(
-        "127.0.0.1",
-        port=box.sshd.port,
-        username="root",
-        key_filename=str(box.sshd.user_key),
-        look_for_keys=False,
-        allow_agent=False,
-    )
-    try:
-        sftp = client.open_sftp()
-        t0 = time.perf_counter()
-        sftp.get(src, str(dest))
-        return time.perf_counter() - t0
-    finally:
-        client.close()
-
-
-def time_write_fsync(path: Path, size: int) -> tuple[float, float]:
-    """Seconds to write ``size`` bytes in 1 MiB writes, and to fsync them."""
-    block = os.urandom(1 << 20)
-    t0 = time.perf_counter()
-    with open(path, "wb") as fh:
+out = os.environ["RGT_OUT"]
+count, size = {count}, {size}
+for i in range(count):
+    sub = os.path.join(out, "d%03d" % (i // 1000))
+    os.makedirs(sub, exist_ok=True)
+    with open(os.path.join(sub, "f%05d.bin" % i), "wb") as fh:
         left = size
         while left:
-            fh.write(block[: min(left, len(block))])
-            left -= min(left, len(block))
-        fh.flush()
-        t1 = time.perf_counter()
-        os.fsync(fh.fileno())
-    t2 = time.perf_counter()
-    path.unlink()
-    return t1 - t0, t2 - t1
+            n = min(left, 16 << 20)
+            fh.write(os.urandom(n))
+            left -= n
+"""
+CKPTS = """\
+import torch, rgt_jupyter.job as job
+for step in (1, 2, 3):
+    job.save_checkpoint({"step": step, "w": torch.zeros(64, 64)}, step=step)
+job.save_results({"steps": 3})
+"""
 
 
-def time_sha256(size: int) -> float:
-    block = os.urandom(1 << 20)
-    sha = hashlib.sha256()
+def shapes(scale: float) -> dict[str, tuple[int, int]]:
+    """Pull shapes: name -> (files, bytes each)."""
+    return {
+        "pull_one_large_file": (1, int((1 << 30) * scale)),
+        "pull_many_4k_files": (max(10, int(10_000 * scale)), 4096),
+        "pull_many_1m_files": (max(10, int(1_000 * scale)), 1 << 20),
+    }
+
+
+def _ssh_opts(box: SshBox, port: int) -> list[str]:
+    return [*box.ssh_options(), "-p", str(port), "-c", CIPHER, "-o", "Compression=no"]
+
+
+def _ssh_cmd(box: SshBox, port: int) -> str:
+    """The ssh command line rsync runs (``-e``), with the same options."""
+    return " ".join(["ssh", *_ssh_opts(box, port)])
+
+
+def _run(argv: list[str], **kw: Any) -> float:
     t0 = time.perf_counter()
-    for _ in range(size >> 20):
-        sha.update(block)
+    subprocess.run(argv, check=True, capture_output=True, timeout=3600, **kw)
     return time.perf_counter() - t0
 
 
-def run(size_mib: int, repeats: int, out: Path) -> dict[str, Any]:
-    """Set up the box, launch the writer job, time every method, write the JSON to ``out``."""
+def _settle() -> None:
+    """Dirty pages of the last sample written out, so no sample pays for another's."""
+    os.sync()
+    time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def far_alias(box: SshBox, delay_s: float, rate: float) -> Iterator[int]:
+    """The alias ``farbox``: the same server behind the far link. Yields the link's port."""
+    from tests.farlink import far_link_process
+
+    with far_link_process(box.sshd.port, delay_s, rate) as port:
+        known = box.known_hosts.read_text()
+        box.known_hosts.write_text(known + f"[127.0.0.1]:{port} {box.sshd.host_pub}\n")
+        config = box.ssh_config.read_text()
+        box.ssh_config.write_text(
+            config + f"\nHost farbox\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
+            f"  IdentityFile {box.sshd.user_key}\n  UserKnownHostsFile {box.known_hosts}\n"
+        )
+        try:
+            yield port
+        finally:
+            box.ssh_config.write_text(config)
+            box.known_hosts.write_text(known)
+
+
+def _launch(box: SshBox, program: str, name: str, host: str, python: str | None = None) -> Any:
     from rgt_jupyter import submit
     from rgt_jupyter.jobs.request import LaunchRequest
+
+    request = LaunchRequest(
+        program=program, name=name, profile=box.profile, host=host, smoke=False, python=python
+    )
+    job = submit(request, box.project)
+    state = job.wait(timeout=3600)
+    if state != "finished":
+        raise RuntimeError(f"the job {name} ended {state}:\n{job.log()}")
+    return job
+
+
+def _as_host(job: Any, host: str) -> Any:
+    """The same job seen through another alias (the same machine, the far link)."""
+    import dataclasses
+
+    from rgt_jupyter.api import Job
+
+    clone = Job(job._row, job.project)
+    clone.spec = dataclasses.replace(job.spec, host_alias=host)
+    return clone
+
+
+class Samples:
+    """Seconds (and other figures) by link, shape and method."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
+            lambda: defaultdict(lambda: defaultdict(list))
+        )
+
+    def add(self, link: str, shape: str, method: str, value: float) -> None:
+        self.data[link][shape][method].append(value)
+
+    def report(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for link, by_shape in self.data.items():
+            out[link] = {}
+            for shape, by_method in by_shape.items():
+                medians = {m: statistics.median(v) for m, v in by_method.items()}
+                rgt = medians.get("rgt")
+                out[link][shape] = {
+                    "median_s": medians,
+                    "samples_s": {m: list(v) for m, v in by_method.items()},
+                    "rgt_over_anchor": {
+                        m: rgt / s for m, s in medians.items() if m != "rgt" and rgt and s
+                    },
+                }
+        return out
+
+
+def _rsync(box: SshBox, port: int, src: str, dst: str) -> float:
+    return _run(["rsync", "-a", "-s", "-e", _ssh_cmd(box, port), src, dst])
+
+
+def _scp(box: SshBox, port: int, src: str, dst: Path) -> float:
+    return _run(["scp", "-q", *box.ssh_options(), "-P", str(port), "-c", CIPHER, src, str(dst)])
+
+
+def _remote(box: SshBox, port: int, command: str, local: str) -> float:
+    """``ssh HOST COMMAND`` with its output piped into the local shell line ``local``."""
+    ssh = f"ssh {shlex.join(_ssh_opts(box, port))} root@127.0.0.1 {shlex.quote(command)}"
+    return _shell(f"{ssh} {local}")
+
+
+def pull_samples(
+    box: SshBox, link: str, alias: str, port: int, shape: str, job: Any, here: Path, add: Any
+) -> str:
+    """One sample of each method for one pull shape; returns how rgt's stream travelled."""
     from rgt_jupyter.transport.ssh import connect
 
-    size = size_mib << 20
+    out_dir = job.spec.out_dir
+    seen = _as_host(job, alias)
+
+    def fresh(name: str) -> Path:
+        _settle()
+        folder = here / name
+        folder.mkdir(parents=True)
+        return folder
+
+    def rgt() -> None:
+        folder = fresh(f"rgt-{time.monotonic_ns()}")
+        _close_connections()
+        t0 = time.perf_counter()
+        pulled = seen.pull(to=folder)
+        add("rgt", time.perf_counter() - t0)
+        if not pulled.verified:
+            raise RuntimeError(pulled.text())
+        shutil.rmtree(folder)
+
+    rgt()
+    if shape == "pull_one_large_file":
+        big = f"{out_dir}/d000/f00000.bin"
+        add("scp", _scp(box, port, f"root@127.0.0.1:{big}", fresh("scp") / "f.bin"))
+        cat = fresh("cat")
+        add("ssh_cat", _remote(box, port, f"cat {shlex.quote(big)}", f"> {cat}/f.bin"))
+    add("rsync", _rsync(box, port, f"root@127.0.0.1:{out_dir}/", f"{fresh('rsync')}/"))
+    if shape != "pull_one_large_file":
+        tar = fresh("tar")
+        add(
+            "tar_ssh",
+            _remote(
+                box,
+                port,
+                f"tar -C {shlex.quote(out_dir)} -cf - .",
+                f"| tar -xf - -C {shlex.quote(str(tar))}",
+            ),
+        )
+    rgt()
+    shutil.rmtree(here)
+    return str(connect(alias, box.project).last_stream)
+
+
+def push_samples(
+    box: SshBox,
+    alias: str,
+    port: int,
+    python: str,
+    pushed: list[tuple[Path, str]],
+    tree: Path,
+    remote: Path,
+    add: Any,
+) -> None:
+    """rgt's push of the tree into a fresh job (store empty, then holding it), and rsync of the
+    tree into a fresh folder, then again into the same one."""
+    from rgt_jupyter.jobs.bundle import push_files
+    from rgt_jupyter.remote import path as remote_path
+    from rgt_jupyter.transport.ssh import connect
+
+    def rgt(control: str, shape: str) -> None:
+        _settle()
+        _close_connections()
+        transport = connect(alias, box.project)
+        transport.makedirs(control)
+        transport.put(remote_path("agent.py"), f"{control}/agent.py")
+        t0 = time.perf_counter()
+        push_files(transport, python, control, f"{remote}/objects", pushed)
+        add(shape, "rgt", time.perf_counter() - t0)
+
+    rgt(f"{remote}/job1", "push_first")
+    _settle()
+    add("push_first", "rsync", _rsync(box, port, f"{tree}/", f"root@127.0.0.1:{remote}/rsync/"))
+    rgt(f"{remote}/job2", "push_again")
+    _settle()
+    add("push_again", "rsync", _rsync(box, port, f"{tree}/", f"root@127.0.0.1:{remote}/rsync/"))
+    shutil.rmtree(remote, ignore_errors=True)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every link, shape and method, interleaved; then the resume and fixed-cost figures."""
+    scale, repeats = args.scale, args.repeats
+    samples = Samples()
+    extra: dict[str, Any] = {"rgt_streams_used": {}}
     with tempfile.TemporaryDirectory(prefix="rgt-bench-xfer-") as tmp_str:
         tmp = Path(tmp_str).resolve()
         with ssh_box(tmp) as box:
-            t0 = time.perf_counter()
-            job = submit(
-                LaunchRequest(
-                    program=JOB.format(size=size, block=BLOCK),
-                    name="xfer",
-                    profile=box.profile,
-                    host=box.alias,
-                    smoke=False,
-                ),
-                box.project,
-            )
-            state = job.wait(timeout=1800)
-            if state != "finished":
-                raise RuntimeError(f"the writer job ended {state}:\n{job.log()}")
-            writer_job_s = time.perf_counter() - t0
-            src = f"{job.spec.out_dir}/random.bin"
-            transport = connect(box.alias, box.project)
-            manifest = json.loads(transport.read_text(f"{job.spec.control_dir}/manifest.json"))
-            expected_sha = manifest["files"]["outputs/random.bin"]["sha256"]
-            rgt_stream = stream_cipher(box.alias, box.project)
-            client_transport = transport.client().get_transport()
-            assert client_transport is not None
-            rgt_paramiko = {
-                "cipher": client_transport.remote_cipher,
-                "mac": "<implicit>"
-                if "gcm" in client_transport.remote_cipher
-                else client_transport.remote_mac,
+            jobs = {
+                shape: _launch(
+                    box, WRITER.format(count=count, size=size), shape.replace("_", "-"), box.alias
+                )
+                for shape, (count, size) in shapes(scale).items()
             }
-
+            tree = tmp / "tree"
+            for i in range(max(4, int(100 * scale))):
+                (tree / f"part{i % 4}").mkdir(parents=True, exist_ok=True)
+                (tree / f"part{i % 4}" / f"shard{i:03d}.bin").write_bytes(os.urandom(5_000_000))
+            pushed = [
+                (p, f"tree/{p.relative_to(tree).as_posix()}")
+                for p in sorted(tree.rglob("*"))
+                if p.is_file()
+            ]
+            python = jobs["pull_one_large_file"].spec.python
             dest = tmp / "dest"
-            dest.mkdir()
-            samples: dict[str, list[float]] = defaultdict(list)
-            phases: dict[str, dict[str, list[float]]] = {
-                "rgt_pull": defaultdict(list),
-                "rgt_pull_paramiko": defaultdict(list),
-            }
-            streams: dict[str, set[str]] = defaultdict(set)
-            negotiated: dict[str, dict[str, str]] = {}
-            handshake: list[float] = []
+            far = f"far_{args.delay_ms:g}ms_{args.rate_mbit:g}mbit"
+            with far_alias(box, args.delay_ms / 1000, args.rate_mbit * 1e6 / 8) as far_port:
+                links = {"near_0ms": (box.alias, box.sshd.port), far: ("farbox", far_port)}
+                for rep in range(repeats):
+                    for link, (alias, port) in links.items():
+                        used = extra["rgt_streams_used"].setdefault(link, [])
+                        for shape, job in jobs.items():
 
-            def check_file(path: Path, what: str) -> None:
-                if path.stat().st_size != size or sha256_of(path) != expected_sha:
-                    raise RuntimeError(f"{what}: {path} is not the job's file")
-                path.unlink()
+                            def add(
+                                method: str, value: float, _s: str = shape, _l: str = link
+                            ) -> None:
+                                samples.add(_l, _s, method, value)
 
-            def time_pull(name: str, method: str) -> None:
-                settle()
-                seconds: dict[str, float] = defaultdict(float)
-                with (
-                    mock.patch.dict(os.environ, {"RGT_SSH_TRANSFER": method}),
-                    timed_phases(seconds),
-                ):
-                    t0 = time.perf_counter()
-                    pulled = job.pull(to=dest / "runs")
-                    samples[name].append(time.perf_counter() - t0)
-                if not pulled.verified:
-                    raise RuntimeError(pulled.text())
-                streams[name].add(str(transport.last_stream))
-                # The run folder stays (run ids are minted per folder); only the big file goes.
-                check_file(pulled.outputs / "random.bin", name)
-                for phase, value in seconds.items():
-                    phases[name][phase].append(value)
-                phases[name]["total"].append(samples[name][-1])
+                            here = dest / f"{link}-{shape}-{rep}"
+                            stream = pull_samples(box, link, alias, port, shape, job, here, add)
+                            if stream not in used:
+                                used.append(stream)
+                        push_samples(
+                            box,
+                            alias,
+                            port,
+                            python,
+                            pushed,
+                            tree,
+                            box.remote_root / f"push-{link}-{rep}",
+                            lambda shape, method, value, _l=link: samples.add(
+                                _l, shape, method, value
+                            ),
+                        )
+            extra["resume"] = resume_figures(box, jobs, dest, scale)
+            extra["fixed_costs"] = fixed_costs(box, dest, repeats)
+    return {"links": samples.report(), **extra}
 
-            for _ in range(repeats):
-                time_pull("rgt_pull", "auto")
-                settle()
-                argv = scp_argv(box, src, dest / "scp.bin", rgt_stream["cipher"])
-                seconds, negotiated["scp"] = run_scp(argv)
-                samples["scp"].append(seconds)
-                check_file(dest / "scp.bin", "scp")
-                time_pull("rgt_pull_paramiko", "paramiko")
-                settle()
-                seconds, negotiated["scp_default"] = run_scp(
-                    scp_argv(box, src, dest / "scp-default.bin", None)
-                )
-                samples["scp_default_cipher"].append(seconds)
-                check_file(dest / "scp-default.bin", "scp (default cipher)")
-                settle()
-                samples["paramiko_get"].append(time_get(box, src, dest / "get.bin"))
-                check_file(dest / "get.bin", "paramiko get")
-                samples["sha256_local"].append(time_sha256(size))
-                settle()
-                write_s, fsync_s = time_write_fsync(dest / "write.bin", size)
-                samples["local_write"].append(write_s)
-                samples["local_fsync"].append(fsync_s)
-                t0 = time.perf_counter()
-                subprocess.run(
-                    ["ssh", *box.ssh_options(), "-p", str(box.sshd.port), "root@127.0.0.1", "true"],
-                    check=True,
-                    capture_output=True,
-                    timeout=60,
-                )
-                handshake.append(time.perf_counter() - t0)
 
-    scp_median = statistics.median(samples["scp"])
-    default_median = statistics.median(samples["rgt_pull"])
+def _shell(line: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {line}"], check=True, capture_output=True, timeout=3600
+    )
+    return time.perf_counter() - t0
 
-    def method(name: str, what: str) -> dict[str, Any]:
-        seconds = summarize(samples[name])
-        return {
-            "what": what,
-            "seconds": seconds,
-            "mb_per_s": size / seconds["median"] / 1e6,
-            "slowest_mb_per_s": size / seconds["max"] / 1e6,
-            "ratio_vs_scp": scp_median / seconds["median"],
-            "samples_s": samples[name],
-        }
 
-    def phase_medians(name: str) -> dict[str, float]:
-        medians = {k: statistics.median(v) for k, v in sorted(phases[name].items())}
-        medians["outside_steps"] = medians["total"] - sum(
-            medians.get(k, 0.0) for k in ("status", "remote_listing", "fetch", "checkpoint_loads")
+def resume_figures(box: SshBox, jobs: dict[str, Any], dest: Path, scale: float) -> dict[str, Any]:
+    """A pull cut once about half its bytes came, then pulled again: what was sent again."""
+    from tests.faultproxy import FaultProxy
+
+    out: dict[str, Any] = {}
+    with FaultProxy(box.sshd.port) as proxy:
+        known = box.known_hosts.read_text()
+        config = box.ssh_config.read_text()
+        box.known_hosts.write_text(known + f"[127.0.0.1]:{proxy.port} {box.sshd.host_pub}\n")
+        box.ssh_config.write_text(
+            config + f"\nHost cutbox\n  HostName 127.0.0.1\n  Port {proxy.port}\n  User root\n"
+            f"  IdentityFile {box.sshd.user_key}\n  UserKnownHostsFile {box.known_hosts}\n"
         )
-        return medians
+        cases = {
+            "batched_stream": ("pull_many_1m_files", {}),
+            "parallel_streams": ("pull_one_large_file", {"RGT_PULL_STREAMS": "4"}),
+        }
+        try:
+            for case, (shape, env) in cases.items():
+                job = _as_host(jobs[shape], "cutbox")
+                total = sum(
+                    size
+                    for _ in range(shapes(scale)[shape][0])
+                    for size in [shapes(scale)[shape][1]]
+                )
+                here = dest / f"resume-{case}"
+                saved = {k: os.environ.get(k) for k in env}
+                os.environ.update(env)
+                try:
+                    _close_connections()
+                    proxy.arm(total // 2)
+                    try:
+                        job.pull(to=here)
+                        cut = False
+                    except Exception:  # noqa: BLE001 - the cut is the point
+                        cut = True
+                    proxy.disarm()
+                    partial = next(here.glob(".partial-*"), None)
+                    landed = (
+                        sum(
+                            p.stat().st_size
+                            for p in partial.rglob("*")
+                            if p.is_file() and not p.name.endswith(".ranges")
+                        )
+                        if partial
+                        else 0
+                    )
+                    _close_connections()
+                    run = job.pull(to=here)
+                    verification = json.loads((run.path / "verification.json").read_text())
+                    out[case] = {
+                        "shape": shape,
+                        "cut": cut,
+                        "bytes_total": total,
+                        "bytes_landed_before": landed,
+                        "bytes_sent_after": verification["bytes_sent"],
+                        "bytes_resent": max(0, verification["bytes_sent"] - (total - landed)),
+                        "resent_over_landed": max(0, verification["bytes_sent"] - (total - landed))
+                        / landed
+                        if landed
+                        else None,
+                        "verified": run.verified,
+                    }
+                finally:
+                    for k, v in saved.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
+                shutil.rmtree(here, ignore_errors=True)
+        finally:
+            box.ssh_config.write_text(config)
+            box.known_hosts.write_text(known)
+    return out
 
-    same_cipher = negotiated["scp"]["cipher"] == rgt_stream["cipher"] == rgt_paramiko["cipher"]
-    report: dict[str, Any] = {
-        "benchmark": "transfer",
-        "description": "one job output of random bytes brought from a loopback OpenSSH server: "
-        "rgt Job.pull vs OpenSSH scp on the same cipher, medians of the repeats",
-        "size_mib": size_mib,
-        "size_bytes": size,
-        "size_note": "default size (1024 MiB)" if size_mib == 1024 else "reduced size",
-        "repeats": repeats,
-        "units": "seconds; MB/s = 10^6 bytes/s; ratio_vs_scp = scp median s / method median s",
-        "writer_job_s": writer_job_s,
-        "negotiated": {
-            "rgt_stream_openssh": rgt_stream,
-            "rgt_connection_paramiko": rgt_paramiko,
-            **negotiated,
-            "same_cipher_both_sides": same_cipher,
-        },
-        "goal": "rgt_pull (default settings) >= 1.0x scp; every transfer setting >= 0.5x the "
-        "default",
-        "goal_met": scp_median / default_median >= 1.0,
-        "methods": {
-            "rgt_pull": method("rgt_pull", "Job.pull, default settings (RGT_SSH_TRANSFER=auto)"),
-            "scp": method("scp", "OpenSSH scp of the file alone, the cipher of rgt's stream"),
-            "rgt_pull_paramiko": method(
-                "rgt_pull_paramiko", "Job.pull with RGT_SSH_TRANSFER=paramiko"
-            ),
-        },
-        "settings": {
-            "RGT_SSH_TRANSFER": {
-                "auto": {"stream": sorted(streams["rgt_pull"]), "ratio_vs_default": 1.0},
-                "paramiko": {
-                    "stream": sorted(streams["rgt_pull_paramiko"]),
-                    "ratio_vs_default": default_median
-                    / statistics.median(samples["rgt_pull_paramiko"]),
-                },
-                "openssh": {
-                    "stream": ["openssh"],
-                    "note": "what auto picked on this machine (see auto.stream): the same path",
-                },
-            },
-            "all_at_least_half_of_default": default_median
-            / statistics.median(samples["rgt_pull_paramiko"])
-            >= 0.5,
-        },
-        "references": {
-            "scp_default_cipher": method(
-                "scp_default_cipher", "scp with OpenSSH's default cipher choice"
-            ),
-            "paramiko_get": method("paramiko_get", "plain paramiko SFTPClient.get(), defaults"),
-        },
-        "components": {
-            "sha256_local_s": summarize(samples["sha256_local"]),
-            "local_write_s": summarize(samples["local_write"]),
-            "local_fsync_s": summarize(samples["local_fsync"]),
-            "ssh_handshake_s": summarize(handshake),
-        },
-        "rgt_pull_phases_median_s": phase_medians("rgt_pull"),
-        "rgt_pull_paramiko_phases_median_s": phase_medians("rgt_pull_paramiko"),
-        "phases_note": "status: job state check; remote_listing: the agent's manifest of the "
-        "job's files (hashes of files untouched since the job ended are reused); fetch: the "
-        "stream, sha256, write and fsync of each file; outside_steps: run folder, manifest, "
-        "registry",
-        "scp_note": "OpenSSH scp (SFTP protocol since OpenSSH 9.0); its time includes starting "
-        "the process and the SSH handshake (see components.ssh_handshake_s); it neither hashes "
-        "nor fsyncs. Loopback: the server and the client share this machine's CPUs",
-        **machine_info(),
+
+def fixed_costs(box: SshBox, dest: Path, repeats: int) -> dict[str, Any]:
+    """A pull of three small checkpoints; ``rgt jobs`` over 1,000 ended jobs; ``rgt down``."""
+    from rgt_jupyter.store.registry import Registry
+
+    out: dict[str, Any] = {}
+    job = _launch(box, CKPTS, "ckpts", box.alias, python=sys.executable)  # one with torch
+    pulls = []
+    for rep in range(repeats):
+        _settle()
+        _close_connections()
+        t0 = time.perf_counter()
+        run = job.pull(to=dest / f"ckpt-{rep}")
+        pulls.append(time.perf_counter() - t0)
+        if not run.verified:
+            raise RuntimeError(run.text())
+    out["pull_three_small_checkpoints_s"] = {"median": statistics.median(pulls), "samples": pulls}
+
+    env = {**os.environ, "RGT_PROJECT": str(box.project)}
+    rgt = [sys.executable, "-m", "rgt_jupyter"]
+    downs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()  # exit 0 or 1 (gate passes, or is refused): both computed it
+        subprocess.run(
+            [*rgt, "down", "ckpts"],
+            env=env,
+            cwd=box.project,
+            capture_output=True,
+            timeout=600,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        downs.append(time.perf_counter() - t0)
+    out["rgt_down_recheck_s"] = {
+        "median": statistics.median(downs),
+        "samples": downs,
+        "what": "rgt down ckpts without --yes (the gate computed, "
+        "nothing stopped), on the project whose SSH jobs were pulled",
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    return report
+
+    listing = Path(tempfile.mkdtemp(prefix="rgt-bench-jobs-", dir=dest))
+    reg = Registry(listing)
+    spec = job.spec.to_dict()
+    for i in range(1000):
+        jid = f"ended-{i:04d}"
+        reg.add_job(
+            jid,
+            jid,
+            jid,
+            1,
+            job.profile,
+            "testbox",
+            {**spec, "job_id": jid, "name": jid, "lineage": jid},
+            state="finished",
+        )
+    lists = []
+    for _ in range(repeats):
+        lists.append(_run([*rgt, "jobs"], env={**env, "RGT_PROJECT": str(listing)}, cwd=listing))
+    startup = [_run([*rgt, "--help"], env=env) for _ in range(repeats)]
+    out["rgt_jobs_1000_ended_s"] = {
+        "median": statistics.median(lists),
+        "samples": lists,
+        "interpreter_and_import_s": statistics.median(startup),
+    }
+    return out
+
+
+def goals(report: dict[str, Any]) -> dict[str, Any]:
+    """The goals, checked against the medians."""
+    near = report["links"]["near_0ms"]
+    far = next(v for k, v in report["links"].items() if k.startswith("far_"))
+    out: dict[str, Any] = {}
+    for shape, fig in near.items():
+        ratio = fig["rgt_over_anchor"].get("rsync")
+        out[f"near {shape}: rgt <= 1.0 x rsync"] = ratio is not None and ratio <= 1.0
+    out["near pull_one_large_file: rgt <= 1.1 x scp"] = (
+        near["pull_one_large_file"]["rgt_over_anchor"]["scp"] <= 1.1
+    )
+    out["far pull_one_large_file: rgt >= 2 x scp throughput"] = (
+        far["pull_one_large_file"]["rgt_over_anchor"]["scp"] <= 0.5
+    )
+    out["far pull_many_4k_files: rgt <= 1.0 x rsync"] = (
+        far["pull_many_4k_files"]["rgt_over_anchor"]["rsync"] <= 1.0
+    )
+    fixed = report["fixed_costs"]
+    out["pull of three small checkpoints <= 2 s"] = (
+        fixed["pull_three_small_checkpoints_s"]["median"] <= 2.0
+    )
+    out["rgt down re-check <= 3 s"] = fixed["rgt_down_recheck_s"]["median"] <= 3.0
+    out["rgt jobs, 1,000 ended jobs <= 0.5 s"] = fixed["rgt_jobs_1000_ended_s"]["median"] <= 0.5
+    for case, fig in report["resume"].items():
+        bound = max(8 << 20, 0.01 * fig["bytes_landed_before"])
+        out[f"resume {case}: re-sent <= max(8 MiB, 1 %) of what landed"] = (
+            fig["bytes_resent"] <= bound
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse flags, run the benchmark, print a one-line summary."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size-mib", type=int, default=1024, help="file size (default 1024)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per method (default 3)")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=HERE / "results" / "transfer.json",
-        help="where to write the JSON (default: bench/results/transfer.json)",
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="shape sizes x this")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--delay-ms", type=float, default=40.0, help="far link, one way")
+    parser.add_argument("--rate-mbit", type=float, default=1000.0, help="far link cap")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "transfer.json")
     args = parser.parse_args(argv)
-    if args.size_mib < 1 or args.repeats < 1:
-        parser.error("--size-mib and --repeats must be at least 1")
-    report = run(args.size_mib, args.repeats, args.out)
-    m = report["methods"]
-    print(
-        f"transfer {report['size_mib']} MiB x{report['repeats']} "
-        f"({report['negotiated']['rgt_stream_openssh']['cipher']}): "
-        f"rgt pull {m['rgt_pull']['mb_per_s']:.0f} MB/s "
-        f"({m['rgt_pull']['ratio_vs_scp']:.2f}x scp), "
-        f"scp {m['scp']['mb_per_s']:.0f} MB/s, "
-        f"rgt pull via paramiko {m['rgt_pull_paramiko']['mb_per_s']:.0f} MB/s "
-        f"({m['rgt_pull_paramiko']['ratio_vs_scp']:.2f}x scp) -> {args.out}"
-    )
+    if shutil.which("rsync") is None:
+        raise SystemExit("rsync is not installed: run scripts/setup.sh")
+    t0 = time.perf_counter()
+    report: dict[str, Any] = {
+        "benchmark": "transfer",
+        "description": __doc__.splitlines()[0],
+        "parameters": {
+            "scale": args.scale,
+            "repeats": args.repeats,
+            "far_link": {"one_way_delay_ms": args.delay_ms, "rate_mbit_s": args.rate_mbit},
+            "cipher": CIPHER,
+            "shapes": {
+                k: {"files": c, "bytes_each": s} for k, (c, s) in shapes(args.scale).items()
+            },
+            "order": "per repeat and link, each shape: rgt, scp/ssh cat, rsync, tar|ssh, rgt "
+            "again; every sample from a cold connection",
+        },
+        "units": "seconds (medians); rgt_over_anchor = rgt median / anchor median (< 1: rgt "
+        "faster)",
+    }
+    report.update(run(args))
+    report["goals"] = goals(report)
+    report["bench_s"] = time.perf_counter() - t0
+    report["machine"] = machine()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(report["goals"], indent=2))
     return 0
 
 

@@ -12,7 +12,7 @@ PYV
 # The tests run against real parts: an OpenSSH server on 127.0.0.1 (and its client), tmux for the
 # tmux launcher, a one-node Slurm cluster (slurmctld, slurmd, and munged for its authentication),
 # Debian's Chromium for the JupyterLab tests that Playwright drives (it cannot download one), and
-# a C compiler for the fault tests' LD_PRELOAD shim.
+# a C compiler for the fault tests' LD_PRELOAD shim, and rsync, an anchor of the transfer benchmark.
 need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null || need+=(openssh-client)
@@ -21,6 +21,7 @@ command -v tmux >/dev/null || need+=(tmux)
 [ -x /usr/sbin/munged ] || need+=(munge)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
+command -v rsync >/dev/null || need+=(rsync)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

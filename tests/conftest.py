@@ -35,6 +35,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for key in [k for k in os.environ if k.startswith("RGT_")]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("RGT_PROJECT", str(proj))
+    monkeypatch.setenv("RGT_CACHE_DIR", str(tmp_path / "cache"))  # the hash record, per test
     # Importing torch in every new project's host audit would cost seconds a test; the audit
     # tests turn the probe back on.
     monkeypatch.setenv("RGT_AUDIT_TORCH", "0")

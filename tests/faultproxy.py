@@ -1,7 +1,7 @@
 """A TCP proxy in front of sshd that breaks connections for real, on demand.
 
-* :meth:`FaultProxy.arm`: cut every connection once N more bytes came from the server (or, with
-  ``up=True``, from the client); :meth:`FaultProxy.cut` cuts now. A cut closes with FIN, or with
+* :meth:`FaultProxy.arm`: cut every connection (or, with ``one=True``, only the one they came
+  on) once N more bytes came from the server (or, with ``up=True``, from the client); :meth:`FaultProxy.cut` cuts now. A cut closes with FIN, or with
   RST (``reset=True``, :meth:`FaultProxy.reset`: ``SO_LINGER`` on with a zero timeout);
   ``refuse`` then closes every new connection at once until :meth:`FaultProxy.admit`.
 * :meth:`FaultProxy.stall`: nothing is forwarded either way, and nothing is closed (a peer gone
@@ -60,6 +60,7 @@ class FaultProxy:
         self._cut_up_at: int | None = None
         self._cut_rst = False
         self._cut_refuse = False
+        self._cut_one = False
         self._hold_at_up: int | None = None
         self._stall_at: int | None = None
         self._lock = threading.Lock()
@@ -78,11 +79,19 @@ class FaultProxy:
     # -- cuts
 
     def arm(
-        self, after_bytes: int, *, up: bool = False, reset: bool = False, refuse: bool = False
+        self,
+        after_bytes: int,
+        *,
+        up: bool = False,
+        reset: bool = False,
+        refuse: bool = False,
+        one: bool = False,
     ) -> None:
         """Cut every open connection once ``after_bytes`` more bytes came from the server (from
-        the client with ``up``); ``reset``: with RST; ``refuse``: as :meth:`cut`."""
+        the client with ``up``); ``reset``: with RST; ``refuse``: as :meth:`cut`; ``one``: cut
+        only the connection whose bytes crossed the mark (one of several parallel ones)."""
         with self._lock:
+            self._cut_one = one
             if up:
                 self._cut_up_at = self.bytes_up + after_bytes
             else:
@@ -241,6 +250,14 @@ class FaultProxy:
                 else:
                     self.bytes_up += keep
                 self.refusing = self.refusing or self._cut_refuse
+                if self._cut_one:
+                    self.cuts += 1
+                    self._cut_at = self._cut_up_at = None
+                    self._cut_one = False
+                    if pair in self._pairs:
+                        self._pairs.remove(pair)
+                    pair.close(self._cut_rst)
+                    return True
                 self._cut_all(self._cut_rst)
                 return True
             if down:

@@ -27,14 +27,35 @@ def _bench(script: str, *args: str, timeout: float = 900) -> None:
 
 def test_transfer_bench_compares_like_with_like(tmp_path: Path) -> None:
     out = tmp_path / "transfer.json"
-    _bench("transfer.py", "--size-mib", "16", "--repeats", "1", "--out", str(out))
+    _bench("transfer.py", "--scale", "0.002", "--repeats", "1", "--out", str(out))
     report = json.loads(out.read_text())
-    assert report["negotiated"]["same_cipher_both_sides"] is True
-    assert set(report["methods"]) == {"rgt_pull", "scp", "rgt_pull_paramiko"}
-    assert report["settings"]["RGT_SSH_TRANSFER"]["auto"]["stream"] == ["openssh"]
-    assert report["settings"]["RGT_SSH_TRANSFER"]["paramiko"]["stream"] == ["paramiko"]
-    for name in report["methods"]:
-        assert report["methods"][name]["mb_per_s"] > 0
+    assert report["parameters"]["cipher"] == "aes128-gcm@openssh.com"
+    assert set(report["links"]) == {"near_0ms", "far_40ms_1000mbit"}
+    for link in report["links"].values():
+        assert set(link) == {
+            "pull_one_large_file",
+            "pull_many_4k_files",
+            "pull_many_1m_files",
+            "push_first",
+            "push_again",
+        }
+        assert set(link["pull_one_large_file"]["median_s"]) == {"rgt", "scp", "rsync", "ssh_cat"}
+        assert set(link["pull_many_4k_files"]["median_s"]) == {"rgt", "rsync", "tar_ssh"}
+        assert set(link["push_first"]["median_s"]) == {"rgt", "rsync"}
+        for name, shape in link.items():
+            if name.startswith("pull_"):
+                assert len(shape["samples_s"]["rgt"]) == 2  # before and after the anchors
+            assert all(v > 0 for v in shape["median_s"].values())
+    # The far link is far: the same pull of many files takes longer through it.
+    near, far = report["links"]["near_0ms"], report["links"]["far_40ms_1000mbit"]
+    assert (
+        far["pull_many_4k_files"]["median_s"]["rsync"]
+        > near["pull_many_4k_files"]["median_s"]["rsync"]
+    )
+    for case in report["resume"].values():
+        assert case["cut"] and case["verified"] and case["bytes_landed_before"] > 0
+    assert report["fixed_costs"]["rgt_jobs_1000_ended_s"]["median"] > 0
+    assert isinstance(report["goals"], dict) and report["goals"]
 
 
 def test_pull_rss_bench_measures_the_notebook_process(tmp_path: Path) -> None:

@@ -293,9 +293,15 @@ def _verify(args: argparse.Namespace, project: Path) -> int:
     return 1 if args.strict and report.problems else 0
 
 
+#: Recorded states no later look can change: such a job's row is read from the registry alone.
+SETTLED = frozenset({"finished", "failed"})
+
+
 def _jobs(project: Path, as_json: bool = False) -> int:
     """Every job of the project; one whose host cannot be reached now shows its last known
-    state and how old that is (a host that failed once is not asked again in this listing)."""
+    state and how old that is (a host that failed once is not asked again in this listing).
+    Jobs recorded as finished or failed are shown as recorded: nothing can change them, so
+    their hosts are not asked."""
     every: list[Job] = jobs(project)
     rows: list[dict[str, Any]] = []
     away: dict[tuple[str, str], str] = {}
@@ -313,8 +319,11 @@ def _jobs(project: Path, as_json: bool = False) -> int:
             "state": job.recorded_state,
             "recorded_age_s": round(max(0.0, now - job.recorded_at), 1),
             "progress": None,
+            "settled": False,
         }
-        if where not in away:
+        if job.recorded_state in SETTLED:
+            row.update(observed=True, settled=True)  # its state is final: nothing to ask
+        elif where not in away:
             try:
                 snap = job.snapshot(log_lines=0)
                 row.update(observed=True, state=snap.display_state, progress=snap.progress)

@@ -3,7 +3,8 @@
 - ``agent.py``: supervises the job (heartbeat, records, signals, checkpoints' hashes);
 - ``bundle_main.py``: the launch bundle's ``__main__.py`` (unpacks the bundle, starts the agent);
 - ``probe.py``: the watcher's one look at many jobs of a machine (sent as ``python3 -c``);
-- ``job.py``: the job-side API, which a job imports as ``rgt_jupyter.job``.
+- ``job.py``: the job-side API, which a job imports as ``rgt_jupyter.job``;
+- ``ship.py``: many files over one stream, both ways (pulls and pushes; sent as ``python3 -c``).
 
 Each file runs on the job machine's own Python (3.8+), with nothing installed there: standard
 library only, no syntax newer than 3.8, and **no import of rgt_jupyter, not even of each other**
@@ -18,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 #: The files of this folder that travel.
-SHIPPED = ("agent.py", "bundle_main.py", "probe.py", "job.py")
+SHIPPED = ("agent.py", "bundle_main.py", "probe.py", "job.py", "ship.py")
 
 
 def path(name: str) -> Path:
@@ -31,3 +32,9 @@ def path(name: str) -> Path:
 def source(name: str) -> bytes:
     """The bytes of the shipped file ``name``, as they travel."""
     return path(name).read_bytes()
+
+
+def ship_argv(python: str, *args: str) -> list[str]:
+    """The remote command that runs the shipped framing (``ship.py``, as ``python -c``: whatever a
+    job's control dir holds, the framing is this version's)."""
+    return [python, "-c", source("ship.py").decode(), *args]

@@ -419,8 +419,23 @@ def check(path: Path) -> dict[str, Any]:
         return out
 
 
+def serve() -> int:
+    """Answer one JSON path per line of stdin with one JSON result line, until stdin ends (the
+    warm loader of :mod:`rgt_jupyter.run.pull.loader`). torch is imported first, while the pull
+    that started this process is still bringing the files."""
+    with contextlib.suppress(ImportError):
+        import torch  # noqa: F401  # deferred: imported ahead, so the first load waits for nothing
+    for line in sys.stdin:
+        sys.stdout.write(json.dumps(check(Path(json.loads(line)))) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """Check every path in ``argv`` and print the results as JSON."""
+    """``--serve`` (see :func:`serve`), or check every path in ``argv`` and print the results
+    as one JSON object."""
+    if argv == ["--serve"]:
+        return serve()
     sys.stdout.write(json.dumps({p: check(Path(p)) for p in argv}))
     return 0
 

@@ -5,8 +5,8 @@ from what a remote claims. For every job of the machine (the latest attempt of e
 
 1. no job of the machine is still queued or running (from its process and ``exit.json``);
 2. every file the job left (listed and hashed now, where it lives) was pulled;
-3. every hash matches: the fresh remote hash, the manifest of the pulled run, and the pulled
-   bytes re-hashed now;
+3. every hash matches: the fresh remote hash, the pulled run's manifest, and the pulled bytes
+   (re-hashed now, where size, mtime, ctime or inode changed since they were hashed);
 4. every pulled checkpoint loads (``weights_only=True`` and an allowlist of plain data types,
    separate time-limited process); one pickled with a class outside the allowlist is not loaded
    (``pickled: not loaded, it would run code``): it passes verified by sha256 only, and the line
@@ -37,12 +37,14 @@ from ..errors import RgtError, UsageError
 from ..jobs.spec import JobSpec
 from ..machines.profiles import Profile, load_profile
 from ..machines.providers import ProviderTimeout, api_base_url, get_provider
-from ..store.fsutil import atomic_write_bytes, sha256_file
+from ..store.fsutil import atomic_write_bytes
+from ..store.hashcache import HashCache
 from ..store.registry import Registry
 from ..transport import Transport, get_transport
 from .phases import phase
 from .pull import remote_listing
-from .pull.formats import PASSING, PICKLED_LINE, disclosures, load_checkpoints, to_check, verdict
+from .pull.formats import PASSING, PICKLED_LINE, disclosures, to_check, verdict
+from .pull.loader import load_checkpoints, warm_loader
 from .secrets import drop_leftover_secrets
 
 if TYPE_CHECKING:
@@ -88,8 +90,7 @@ class Machine:
     created_at: float | None = None
 
     def label(self) -> str:
-        """How the machine is named to the user, to be read mid-sentence: ``RunPod pod-7 (gpu1)``,
-        ``this machine (vm)``."""
+        """The machine as named mid-sentence: ``RunPod pod-7 (gpu1)``, ``this machine (vm)``."""
         where = self.host_alias or self.host
         name = self.profile.platform or self.profile.name
         if self.platform_id == where:
@@ -266,12 +267,13 @@ def _job_checks(
         elif pulled[rel]["sha256"] != entry["sha256"]:
             differ.append(f"{rel}: {entry['sha256'][:12]} there, {pulled[rel]['sha256'][:12]} here")
     local_bad = []
-    for rel, entry in sorted(pulled.items()):
-        path = run_dir / rel
-        if not path.is_file():
-            local_bad.append(f"{rel}: the pulled copy is gone")
-        elif sha256_file(str(path))[0] != entry["sha256"]:
-            local_bad.append(f"{rel}: the pulled copy changed since the pull")
+    with HashCache() as cache:  # re-hashed only where size, mtime, ctime or inode changed
+        for rel, entry in sorted(pulled.items()):
+            path = run_dir / rel
+            if not path.is_file():
+                local_bad.append(f"{rel}: the pulled copy is gone")
+            elif cache.sha256(path) != entry["sha256"]:
+                local_bad.append(f"{rel}: the pulled copy changed since the pull")
     n = len(listing)
     out.append(
         Check(
@@ -293,7 +295,7 @@ def _job_checks(
         )
     )
     ckpts = [run_dir / rel for rel in to_check(pulled) if (run_dir / rel).is_file()]
-    loads = load_checkpoints(ckpts, timeout=120 + sum(p.stat().st_size for p in ckpts) / 20e6)
+    loads = load_checkpoints(ckpts)
     report = [{**v, "path": str(Path(k).relative_to(run_dir))} for k, v in sorted(loads.items())]
     failed = [
         f"{r['path']}: {r.get('why') or r['detail']}" for r in report if verdict(r) not in PASSING
@@ -359,7 +361,8 @@ def compute_gate(row: dict[str, Any], project: Path) -> Gate:
             or (group and (JobSpec.from_row(j).group or {}).get("id") == group)
         ] or [row]
     transports: dict[tuple[str, str], Transport] = {}
-    with phase(f"checking {len(jobs)} job(s) on {machine.label()} for the teardown gate"):
+    checking = phase(f"checking {len(jobs)} job(s) on {machine.label()} for the teardown gate")
+    with checking, warm_loader():  # one checkpoint loader (one torch import) for every job
         for job in jobs:
             spec = JobSpec.from_row(job)
             key = (spec.transport, spec.host_alias or "")

@@ -9,6 +9,7 @@ are never joined into a shell line here without quoting.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -66,6 +67,24 @@ class Transport(abc.ABC):
 
     name: str = "abstract"
     host: str = "localhost"
+    #: Whether :meth:`exec_stream` carries bulk transfers (many files over one stream, large
+    #: files over several); without it files travel one :meth:`open_read` at a time.
+    bulk: bool = False
+
+    def exec_stream(
+        self,
+        argv: list[str],
+        source: Iterable[bytes] | None = None,
+        what: str = "",
+        size_hint: int | None = None,
+    ) -> ReadStream:
+        """The output of ``argv`` as a stream, the chunks of ``source`` as its input (where
+        :attr:`bulk` is set); ``size_hint``: about how many bytes will travel."""
+        raise NotImplementedError(f"the {self.name} transport carries no bulk streams")
+
+    def round_trip(self) -> float:
+        """Seconds a request takes to be answered (0 where the machine is this one)."""
+        return 0.0
 
     @abc.abstractmethod
     def exec(

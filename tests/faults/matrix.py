@@ -13,6 +13,8 @@ MATRIX: dict[str, str] = {
     "F1-pull-cut": "connection cut mid-pull (10/50/99 %)",
     "F1-watch-cut": "connection cut mid-watch and mid-run",
     "F1-launch-cut": "connection cut between launch and the job id coming back",
+    "F1-batched-cut": "connection cut in the middle of the one stream of a many-file pull",
+    "F1-parallel-cut": "one of several parallel streams of a large file's pull cut",
     # 2. stalls
     "F2-stall": "a stall with no RST (the peer goes silent, nothing is closed)",
     # 3. the remote side going away

@@ -135,11 +135,12 @@ def _warm_up(project: Path) -> None:
     "F1-push-cut",
     asserts="a push cut by RST mid-file fails with a launch error that says what to do, "
     "registers and starts nothing, leaves every object under a sha256 name whole (the part-sent "
-    "one only under a temporary name), and a launch again runs on exactly the local bytes",
+    "one removed, or only under a temporary name), and a launch again runs on exactly the local "
+    "bytes",
     mutation=(
-        "rgt_jupyter/transport/ssh/__init__.py",
-        'tmp = f"{os.path.dirname(remote)}/.{os.path.basename(remote)}.tmp-{os.getpid()}"',
-        "tmp = remote",
+        "rgt_jupyter/remote/ship.py",
+        "                    fh.close()\n                    os.unlink(tmp)\n",
+        "                    fh.close()\n                    os.replace(tmp, os.path.join(folder, sha))\n",
     ),
 )
 def test_push_cut_mid_file_leaves_nothing_half_written_trusted(
@@ -148,10 +149,10 @@ def test_push_cut_mid_file_leaves_nothing_half_written_trusted(
     """The connection is reset (RST) by the proxy after 2 MiB of a ~4.5 MiB push went up
     (throttled, so the cut falls inside a file) and the host then refuses connections.
 
-    Protection: rgt_jupyter/transport/ssh/__init__.py: SSHTransport.put sends each file to a temporary
-    name (``.NAME.tmp-PID``) and renames it only once whole, so an object of the store is
-    complete or absent; removed, the part-sent object sits under its sha256 name and the case
-    fails.
+    Protection: rgt_jupyter/remote/ship.py: ``recv`` (the pushed objects' one stream) writes each
+    object under a temporary name (``.SHA.tmp-PID``), names it only once whole and hashed, and
+    removes the one a cut stream left short, so an object of the store is complete or absent;
+    with the part-sent object named instead, it sits under its sha256 name and the case fails.
     """
     tree = tmp_path / "push tree"
     rng = random.Random(11)
@@ -187,7 +188,7 @@ def test_push_cut_mid_file_leaves_nothing_half_written_trusted(
         for sha, path in named.items():
             assert sha256(path) == sha, f"{path.name}: a half-written object under its name"
         assert set(named) < set(local.values()), "the cut fell outside the objects"
-        assert any(p.name.startswith(".") and ".tmp-" in p.name for p in other), other
+        assert all(p.name.startswith(".") and ".tmp-" in p.name for p in other), other
         # The host answers again: a launch again sends what is missing and runs on those bytes.
         proxy.throttle(None)
         proxy.disarm()

@@ -460,7 +460,7 @@ def _pull_in_subprocess(
     "whole and verifies",
     mutation=[
         (
-            "rgt_jupyter/run/pull/__init__.py",
+            "rgt_jupyter/run/pull/transfer.py",
             "            part.unlink(missing_ok=True)  # never renamed, never resumed",
             "            pass  #",
         ),
@@ -475,7 +475,7 @@ def test_pull_whose_fsync_fails_discards_the_part(
     outputs/target.bin return EIO. A 2 MiB target meets it at the final fsync; a 96 MiB one
     first in the background flush that runs every 64 MiB.
 
-    Protection: rgt_jupyter/run/pull/__init__.py: ``_fetch``: ``except UnconfirmedWrite: part.unlink(...)``,
+    Protection: rgt_jupyter/run/pull/transfer.py: ``_fetch``: ``except UnconfirmedWrite: part.unlink(...)``,
     and rgt_jupyter/store/fsutil.py: ``SyncBehind.close`` raises what a background flush hit;
     without the first the untrusted part stays to be resumed from, without the second the
     background EIO is lost (a real disk reports it once, so the final fsync passes).
@@ -606,7 +606,7 @@ sys.exit(rc)
         ),
         (
             "rgt_jupyter/run/pull/__init__.py",
-            "    if len(result.stdout) > MAX_LISTING_BYTES:",
+            "    if len(stdout) > MAX_LISTING_BYTES:",
             "    if False:",
         ),
     ],

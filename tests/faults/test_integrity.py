@@ -214,7 +214,7 @@ def test_late_checkpoint_closes_the_gate(
         "loaded, the run not verified, and the teardown gate stays closed"
     ),
     mutation=(
-        "rgt_jupyter/run/pull/__init__.py",
+        "rgt_jupyter/run/pull/transfer.py",
         '    if end_manifest is not None and end_manifest[rel]["sha256"] != got:\n',
         "    if False:\n",
     ),
@@ -228,7 +228,7 @@ def test_altered_after_the_job_ended(
     One bit flipped leaves the size as it was, and a checkpoint's own ``.sha256`` record can be
     rewritten along with it: only the end-of-job manifest still knows the job's bytes.
 
-    Protection: rgt_jupyter/run/pull/__init__.py: ``_judge`` compares the bytes that arrived with the sha256
+    Protection: rgt_jupyter/run/pull/transfer.py: ``_judge`` compares the bytes that arrived with the sha256
     of the end-of-job manifest (``end_manifest[rel]["sha256"] != got``); removed, the flipped
     output and the flipped checkpoint with its rewritten record land verified.
     """
@@ -353,7 +353,7 @@ def _grows(path: Path) -> bool:
         "the gate stays closed throughout"
     ),
     mutation=(
-        "rgt_jupyter/run/pull/__init__.py",
+        "rgt_jupyter/run/pull/transfer.py",
         '    if got != entry["sha256"] or size != int(entry["size"]):\n',
         "    if False:\n",
     ),
@@ -365,7 +365,7 @@ def test_file_growing_during_the_pull(
 ) -> None:
     """A finished job whose leftover process keeps appending to ``$RGT_OUT/events.log``.
 
-    Protection: rgt_jupyter/run/pull/__init__.py: ``_judge`` compares the bytes that arrived with the listing
+    Protection: rgt_jupyter/run/pull/transfer.py: ``_judge`` compares the bytes that arrived with the listing
     taken at the start of the pull (``got != entry["sha256"] or size != ...``: "changed at the
     source during the pull"); removed, a job without an end-of-job manifest gets the growing
     file verified with whatever bytes the read happened to see.

@@ -499,9 +499,9 @@ job.save_results({{"mib": {BIG_MIB}}})
         "ends verified, and exactly one run appears, its file the job's to the byte"
     ),
     mutation=(
-        "rgt_jupyter/run/pull/__init__.py",
-        "    if part.exists() and part.stat().st_size <= size:\n",
-        "    if False:\n",
+        "rgt_jupyter/run/pull/batch.py",
+        "    if st.st_size > want.size:\n",
+        "    if True:\n",
     ),
 )
 def test_kernel_killed_mid_pull(
@@ -510,9 +510,9 @@ def test_kernel_killed_mid_pull(
     """``%pull`` in a real Jupyter kernel, over SSH through a throttled proxy, the kernel killed
     with SIGKILL a third of the way through the transfer.
 
-    Protection: rgt_jupyter/run/pull/__init__.py: ``_fetch`` resumes from the ``.part`` an interrupted pull
-    left (``if part.exists() and part.stat().st_size <= size``: its bytes re-hashed, the rest
-    read from that offset); removed, the new kernel's pull sends every byte again.
+    Protection: rgt_jupyter/run/pull/batch.py: ``prepare`` resumes from the ``.part`` an interrupted
+    pull left (its bytes re-hashed, the stream asked for the rest from that offset); with every
+    part discarded instead, the new kernel's pull sends every byte again.
     """
     with cutbox(sshd, box) as proxy:
         job = submit(

@@ -135,7 +135,7 @@ def test_well_formed_listings_are_accepted(files: dict[str, dict[str, Any]]) -> 
     asserts="any path with .., /, an empty part or NUL is refused whole with a PullError naming it",
     na="generated inputs checked in memory: no files are involved",
     mutation=(
-        "rgt_jupyter/run/pull/__init__.py",
+        "rgt_jupyter/run/pull/transfer.py",
         'if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\x00" in rel:',
         "if False:",
     ),
@@ -147,7 +147,7 @@ def test_well_formed_listings_are_accepted(files: dict[str, dict[str, Any]]) -> 
 @example(bad="outputs/a\x00b")
 @given(bad=escaping_paths())
 def test_escaping_paths_are_refused(bad: str) -> None:
-    """Protection: rgt_jupyter/run/pull/__init__.py ``safe_relpath``: the test for ``/``, ``..``, empty
+    """Protection: rgt_jupyter/run/pull/transfer.py ``safe_relpath``: the test for ``/``, ``..``, empty
     parts and NUL; removed, escaping paths pass and the case fails.
     """
     with pytest.raises(PullError, match="rejected") as info:

@@ -26,7 +26,7 @@ LISTING = (
     "mismatches kept as .part, never under their names; the run is not verified; the earlier "
     "good run is untouched",
     mutation=(
-        "rgt_jupyter/run/pull/__init__.py",
+        "rgt_jupyter/run/pull/transfer.py",
         '    if end_manifest is not None and end_manifest[rel]["sha256"] != got:',
         "    if False:",
     ),
@@ -34,7 +34,7 @@ LISTING = (
 def test_altered_and_truncated_sources_are_mismatches(project: Path, evidence: Evidence) -> None:
     """The job's files changed on its machine after it ended (and after a first good pull).
 
-    Protection: rgt_jupyter/run/pull/__init__.py ``_judge``: the bytes that arrived are compared with the
+    Protection: rgt_jupyter/run/pull/transfer.py ``_judge``: the bytes that arrived are compared with the
     end-of-job manifest the agent wrote; removed, the altered files are taken as they are now
     and the case fails.
     """

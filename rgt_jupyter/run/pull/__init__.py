@@ -21,39 +21,31 @@ the disk did not confirm its bytes, so they are never renamed into place nor res
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
 import json
 import os
 import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from ...backends import observe
 from ...errors import PullError, TransportError
 from ...jobs.records import read_record
 from ...jobs.spec import JobSpec
-from ...store.fsutil import (
-    SyncBehind,
-    UnconfirmedWrite,
-    atomic_write_bytes,
-    fsync_dir,
-    fsync_file,
-    sha256_file,
-)
+from ...store.fsutil import atomic_write_bytes, fsync_dir
 from ...store.locks import held, lock_path
 from ...store.project import runs_dir
 from ...store.registry import Registry
 from ...transport import Transport, get_transport
 from ..phases import phase
 from ..secrets import drop_leftover_secrets
-from .formats import PASSING, file_checks, load_checkpoints, to_check, verdict
+from .ahead import read_ahead
+from .formats import PASSING, file_checks, to_check, verdict
+from .loader import load_checkpoints, warm_loader
 from .record import build_run_json
 from .resume import partial_dir, settle_interrupted_pull
-
-ProgressFn = Callable[[int, int, str], None]
+from .transfer import FULL_ERRNOS, ProgressFn, safe_relpath, transfer
 
 #: One pull takes at most this many files: past it, per-file work (a fsync, a rename, a hash
 #: each) takes hours and a listing that claims more is more likely hostile than useful.
@@ -61,16 +53,6 @@ MAX_LISTING_FILES = 100_000
 #: The listing's JSON is refused unread past this size: parsed, it takes several times as much
 #: memory (a listing of MAX_LISTING_FILES files with ordinary names is some 30 MB).
 MAX_LISTING_BYTES = 128 << 20
-_FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-def safe_relpath(rel: str) -> PurePosixPath:
-    """A manifest path as a relative path that cannot leave its folder; raises otherwise."""
-    parts = rel.split("/")
-    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in rel:
-        raise PullError(f"refusing manifest path {rel!r}: it would escape the run folder")
-    path = PurePosixPath(rel)
-    return path
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -78,11 +60,9 @@ def _write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, data.encode())
 
 
-def remote_listing(transport: Transport, spec: JobSpec) -> dict[str, Any]:
-    """List the job's outputs and checkpoints with their sha256, where they live (one command
-    through the agent). Files unchanged since the end-of-job manifest (same size, mtime, ctime
-    and inode) keep its hash; every other file is read and hashed now."""
-    argv = [
+def listing_argv(spec: JobSpec) -> list[str]:
+    """The agent's listing of the job's outputs and checkpoints, with their sha256."""
+    return [
         spec.python,
         f"{spec.control_dir}/agent.py",
         "manifest",
@@ -90,15 +70,26 @@ def remote_listing(transport: Transport, spec: JobSpec) -> dict[str, Any]:
         f"outputs={spec.out_dir}",
         f"checkpoints={spec.ckpt_dir}",
     ]
-    result = transport.exec(argv, timeout=3600).check()
-    if len(result.stdout) > MAX_LISTING_BYTES:
+
+
+def parse_listing(spec: JobSpec, stdout: bytes) -> dict[str, Any]:
+    """The listing's JSON, refused unread past :data:`MAX_LISTING_BYTES`."""
+    if len(stdout) > MAX_LISTING_BYTES:
         raise PullError(
-            f"the remote listing of job {spec.job_id} is {len(result.stdout)} bytes, more than "
+            f"the remote listing of job {spec.job_id} is {len(stdout)} bytes, more than "
             f"the {MAX_LISTING_BYTES} a pull reads; nothing was written. Archive the job's files "
             "into fewer (a tar per folder, in the job) and pull again."
         )
-    listing: dict[str, Any] = json.loads(result.stdout)
+    listing: dict[str, Any] = json.loads(stdout)
     return listing
+
+
+def remote_listing(transport: Transport, spec: JobSpec) -> dict[str, Any]:
+    """List the job's outputs and checkpoints with their sha256, where they live (one command
+    through the agent). Files unchanged since the end-of-job manifest (same size, mtime, ctime
+    and inode) keep its hash; every other file is read and hashed now."""
+    result = transport.exec(listing_argv(spec), timeout=3600).check()
+    return parse_listing(spec, result.stdout)
 
 
 def check_space(dest_root: Path, nbytes: int, nfiles: int) -> None:
@@ -118,16 +109,6 @@ def check_space(dest_root: Path, nbytes: int, nfiles: int) -> None:
             f"files, their folders and the run's records), {st.f_favail} are free. Free some "
             "there (delete files) or pull elsewhere with --to DIR."
         )
-
-
-def _sidecar_sha(transport: Transport, spec: JobSpec, rel: str) -> list[str] | None:
-    """The sha256 values recorded by ``save_checkpoint`` for checkpoints/<name>, if any (two
-    when the job was stopped while replacing a checkpoint of the same step)."""
-    if not rel.startswith("checkpoints/") or rel.endswith(".sha256"):
-        return None
-    text = transport.read_text(f"{spec.ckpt_dir}/{rel[len('checkpoints/') :]}.sha256")
-    shas = [line.split()[0] for line in (text or "").splitlines() if line.split()]
-    return shas or None
 
 
 def _claim_run_dir(root: Path, job_id: str, taken: set[str]) -> tuple[str, Path]:
@@ -213,173 +194,6 @@ def validate_listing(files: dict[str, dict[str, Any]], refused: list[str]) -> No
         )
 
 
-def _fetch(
-    transport: Transport,
-    src: str,
-    dest: Path,
-    size: int,
-    progress: Callable[[int], None] | None = None,
-) -> tuple[str, int, int]:
-    """Bring ``src`` to ``dest.part``, resuming from a part an interrupted pull left behind.
-
-    Returns (sha256, size, bytes sent over the transport now). The part's bytes are re-hashed
-    before they are trusted; a part longer than the source is discarded. ``progress`` hears the
-    bytes of this file in hand after every chunk. A failed fsync (or background fdatasync)
-    removes the part and raises :class:`UnconfirmedWrite`; a full disk leaves the part to resume.
-    """
-    part = dest.with_name(dest.name + ".part")
-    part.parent.mkdir(parents=True, exist_ok=True)
-    sha = hashlib.sha256()
-    have = 0
-    if part.exists() and part.stat().st_size <= size:
-        with open(part, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                sha.update(chunk)
-                have += len(chunk)
-    sent = 0
-    buf = bytearray(1 << 20)
-    view = memoryview(buf)
-    with transport.open_read(src, offset=have) as fin, open(part, "ab" if have else "wb") as out:
-        behind = SyncBehind(out.fileno())
-        try:
-            try:
-                while True:
-                    count = fin.readinto(view)
-                    if not count:
-                        break
-                    sha.update(view[:count])
-                    sent += count
-                    out.write(view[:count])
-                    behind.wrote(count)
-                    if progress is not None:
-                        progress(have + sent)
-                out.flush()
-            finally:
-                behind.close()
-            fsync_file(out.fileno())
-        except UnconfirmedWrite:
-            part.unlink(missing_ok=True)  # never renamed, never resumed: see UnconfirmedWrite
-            raise
-    return sha.hexdigest(), have + sent, sent
-
-
-def _judge(
-    rel: str,
-    got: str,
-    size: int,
-    entry: dict[str, Any],
-    end_manifest: dict[str, Any] | None,
-    recorded: list[str] | None,
-) -> tuple[str | None, str]:
-    """Why the bytes that arrived cannot be trusted (None when they can), and what was expected."""
-    if (got != entry["sha256"] or size != int(entry["size"])) and entry.get("reused"):
-        return (
-            "altered or truncated at the source after the job wrote it (its bytes differ from "
-            "the end-of-job manifest)",
-            entry["sha256"],
-        )
-    if got != entry["sha256"] or size != int(entry["size"]):
-        return "changed at the source during the pull (still being written?)", entry["sha256"]
-    if end_manifest is not None and rel not in end_manifest:
-        return "not in the end-of-job manifest: appeared after the job ended", entry["sha256"]
-    if end_manifest is not None and end_manifest[rel]["sha256"] != got:
-        return (
-            "altered or truncated at the source after the job wrote it "
-            f"({end_manifest[rel]['size']} bytes written, {size} now)",
-            end_manifest[rel]["sha256"],
-        )
-    if recorded is not None and got not in recorded:
-        return "does not match the sha256 recorded when it was saved", recorded[0]
-    return None, got
-
-
-def _file_progress(
-    on_progress: ProgressFn | None, before: int, total: int, rel: str
-) -> Callable[[int], None] | None:
-    """Progress within one file, reported as progress of the whole pull."""
-    if on_progress is None:
-        return None
-    report = on_progress
-    return lambda in_file: report(before + in_file, total, rel)
-
-
-def transfer(
-    transport: Transport,
-    spec: JobSpec,
-    files: dict[str, dict[str, Any]],
-    end_manifest: dict[str, Any] | None,
-    partial: Path,
-    on_progress: ProgressFn | None,
-) -> dict[str, Any]:
-    """Land every listed file in ``partial``; files already verified there are kept, parts are
-    resumed. Returns landed files, mismatches and the bytes sent now."""
-    landed: list[dict[str, Any]] = []
-    mismatches: list[dict[str, Any]] = []
-    total = sum(int(f["size"]) for f in files.values())
-    done = sent_now = 0
-    for rel in sorted(files):
-        entry = files[rel]
-        prefix, _, sub = rel.partition("/")
-        src = f"{spec.out_dir if prefix == 'outputs' else spec.ckpt_dir}/{sub}"
-        dest = partial / safe_relpath(rel)
-        if (
-            dest.exists()
-            and sha256_file(str(dest))[0] == entry["sha256"]
-            and (end_manifest is None or end_manifest.get(rel, {}).get("sha256") == entry["sha256"])
-        ):
-            got, size = entry["sha256"], int(entry["size"])  # verified by an earlier attempt
-        else:
-            try:
-                got, size, sent = _fetch(
-                    transport,
-                    src,
-                    dest,
-                    int(entry["size"]),
-                    _file_progress(on_progress, done, total, rel),
-                )
-            except FileNotFoundError:
-                mismatches.append({"path": rel, "reason": "vanished at the source during the pull"})
-                continue
-            except UnconfirmedWrite as exc:
-                if exc.errno in _FULL:
-                    raise  # the disk filled up: said as such by pull()
-                raise PullError(
-                    f"the disk did not confirm the write of {rel} ({exc.strerror}): once a "
-                    "flush to disk failed its bytes cannot be trusted, so they were discarded, "
-                    "never renamed into place. Nothing was verified or recorded; the files that "
-                    f"landed before it are kept in {partial} and resumed by the next pull. If "
-                    "this happens again the disk is failing: check it (dmesg), or pull elsewhere "
-                    "with --to DIR."
-                ) from exc
-            sent_now += sent
-            reason, expected = _judge(
-                rel, got, size, entry, end_manifest, _sidecar_sha(transport, spec, rel)
-            )
-            part = dest.with_name(dest.name + ".part")
-            if reason is not None:
-                mismatches.append(
-                    {
-                        "path": rel,
-                        "reason": reason,
-                        "expected": expected,
-                        "got": got,
-                        "kept_as": str(part.relative_to(partial)),
-                    }
-                )
-                continue
-            os.replace(part, dest)
-        done += size
-        if on_progress is not None:
-            on_progress(done, total, rel)
-        landed.append({"path": rel, "size": size, "sha256": got})
-    if end_manifest is not None:
-        for rel in sorted(set(end_manifest) - set(files)):
-            mismatches.append(
-                {"path": rel, "reason": "written by the job but missing at the source"}
-            )
-    return {"landed": landed, "mismatches": mismatches, "bytes_sent": sent_now}
-
-
 def pull(
     spec: JobSpec,
     project: Path,
@@ -412,7 +226,8 @@ def _pull(spec: JobSpec, project: Path, to: Path | None, on_progress: ProgressFn
     if adopted:
         return adopted[-1]
     transport = get_transport(spec.transport, spec.host_alias, project)
-    snap = observe(transport, spec)
+    ahead = read_ahead(transport, spec, listing_argv(spec))  # one round trip, not a dozen
+    snap = observe(ahead.view, spec)
     drop_leftover_secrets(transport, spec, snap, Registry(project))
     if not snap.terminal:
         raise PullError(
@@ -420,9 +235,13 @@ def _pull(spec: JobSpec, project: Path, to: Path | None, on_progress: ProgressFn
             f"(`%watch {spec.name} --wait`), then pull"
         )
     control = spec.control_dir
-    end_text = transport.read_text(f"{control}/manifest.json")
+    end_text = ahead.view.read_text(f"{control}/manifest.json")
     end_manifest = json.loads(end_text)["files"] if end_text else None
-    listing = remote_listing(transport, spec)
+    listing = (
+        parse_listing(spec, ahead.listing)
+        if ahead.listing is not None
+        else remote_listing(transport, spec)
+    )
     files: dict[str, dict[str, Any]] = listing["files"]
     validate_listing(files, listing.get("refused", []))
     if not files:
@@ -438,9 +257,22 @@ def _pull(spec: JobSpec, project: Path, to: Path | None, on_progress: ProgressFn
     total = sum(int(f["size"]) for f in files.values())
     check_space(root, max(0, total - already), len(files))
     try:
-        return _land(spec, project, transport, snap.state, files, end_manifest, root, on_progress)
+        with warm_loader() as loader:
+            if to_check(files):
+                loader.warm()  # its torch import overlaps the transfer
+            return _land(
+                spec,
+                project,
+                transport,
+                ahead.view,
+                snap.state,
+                files,
+                end_manifest,
+                root,
+                on_progress,
+            )
     except OSError as exc:
-        if exc.errno not in _FULL:
+        if exc.errno not in FULL_ERRNOS:
             raise
         raise _disk_filled(spec.job_id, root, files, exc) from exc
 
@@ -480,6 +312,7 @@ def _land(
     spec: JobSpec,
     project: Path,
     transport: Transport,
+    records: Transport,
     state: str,
     files: dict[str, dict[str, Any]],
     end_manifest: dict[str, Any] | None,
@@ -503,10 +336,9 @@ def _land(
     landed, mismatches = moved["landed"], moved["mismatches"]
 
     ckpts = [partial / rel for rel in to_check(e["path"] for e in landed)]
-    ckpt_bytes = sum(p.stat().st_size for p in ckpts)
     checking = phase(f"checking that {len(ckpts)} checkpoint(s) load (a separate process)")
     with checking if ckpts else contextlib.nullcontext():
-        loads = load_checkpoints(ckpts, timeout=120 + ckpt_bytes / 20e6)
+        loads = load_checkpoints(ckpts)
     load_report = [
         {"path": str(Path(k).relative_to(partial)), **v} for k, v in sorted(loads.items())
     ]
@@ -558,9 +390,9 @@ def _land(
         )
         _write_json(partial / "verification.json", verification)
         # The job's machine wrote these: one that cannot be read is left out, not trusted.
-        exit_rec = read_record(transport, f"{control}/exit.json")[0]
-        env_rec = read_record(transport, f"{control}/env.json")[0]
-        torch_rec = read_record(transport, f"{control}/torch.json")[0]
+        exit_rec = read_record(records, f"{control}/exit.json")[0]
+        env_rec = read_record(records, f"{control}/env.json")[0]
+        torch_rec = read_record(records, f"{control}/torch.json")[0]
         config_path = partial / "outputs" / "config.json"
         run_json = build_run_json(
             run_id=run_id,

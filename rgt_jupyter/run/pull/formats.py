@@ -12,14 +12,9 @@ every weights, state and json file of a recognised folder wherever it lies.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterable
-from importlib import resources
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 CKPT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".pkl")
@@ -71,44 +66,6 @@ def to_check(paths: Iterable[str]) -> list[str]:
         if is_checkpoint(rel) or in_folder:
             out.append(rel)
     return out
-
-
-def load_checkpoints(paths: list[Path], timeout: float) -> dict[str, dict[str, Any]]:
-    """Load checkpoints in a separate process with a time limit (see :mod:`rgt_jupyter.run.safe_load`)."""
-    if not paths:
-        return {}
-    argv = [sys.executable, "-m", "rgt_jupyter.run.safe_load", *map(str, paths)]
-    # The loader must import this very package, wherever it was imported from.
-    package_root = str(Path(str(resources.files("rgt_jupyter"))).parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
-        return {
-            str(p): {
-                "ok": False,
-                "verdict": "failed",
-                "detail": f"loading took longer than {timeout:.0f} s",
-            }
-            for p in paths
-        }
-    try:
-        results: dict[str, dict[str, Any]] = json.loads(proc.stdout)
-    except ValueError:
-        detail = proc.stderr.decode(errors="replace")[-500:]
-        return {
-            str(p): {"ok": False, "verdict": "failed", "detail": f"loader crashed: {detail}"}
-            for p in paths
-        }
-    return results
 
 
 def verdict(result: dict[str, Any]) -> str:

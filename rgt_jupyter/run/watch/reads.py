@@ -205,6 +205,8 @@ class CachedReads(Transport):
     def proc_alive(self, pid: int, start_ticks: int | None) -> bool:
         if int(pid) in self.alive:
             return self.alive[int(pid)]
+        if f"/proc/{int(pid)}/stat" in self.files:  # read with the records: the same test
+            return Transport.proc_alive(self, pid, start_ticks)
         return self.inner.proc_alive(pid, start_ticks)
 
     def boot_id(self) -> str | None:

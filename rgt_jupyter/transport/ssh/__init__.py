@@ -33,6 +33,7 @@ import socket
 import stat as stat_mod
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -128,6 +129,7 @@ class SSHTransport(Transport):
     """A host reached over SSH. Commands go over exec channels, files over one SFTP session."""
 
     name = "ssh"
+    bulk = True
 
     def __init__(self, alias: str, project: Path | None = None) -> None:
         self.alias = alias
@@ -142,6 +144,7 @@ class SSHTransport(Transport):
         self._dirs: set[str] = set()  # directories known to exist: each costs a round trip
         self._openssh_ok: bool | None = None  # did the ssh binary work for this host?
         self.last_stream: str | None = None  # how the last large read travelled
+        self._rtt: float | None = None
 
     # -- connection
 
@@ -473,37 +476,86 @@ class SSHTransport(Transport):
             return None
         return binary
 
+    def round_trip(self) -> float:
+        """The shortest of three keepalive round trips on the open connection (seconds)."""
+        if self._rtt is None:
+            transport = self.client().get_transport()
+            assert transport is not None
+            best = float("inf")
+            for _ in range(3):
+                started = time.monotonic()
+                transport.global_request("keepalive@openssh.com", wait=True)
+                best = min(best, time.monotonic() - started)
+            self._rtt = best
+        return self._rtt
+
     def _open_stream(self, path: str, offset: int) -> ReadStream:
+        return self._command_stream(stream.read_command(path, offset), path)
+
+    def exec_stream(
+        self,
+        argv: list[str],
+        source: Iterable[bytes] | None = None,
+        what: str = "",
+        size_hint: int | None = None,
+    ) -> ReadStream:
+        """The output of ``argv`` as a stream, the chunks of ``source`` as its input: the way
+        bulk transfers travel (the OpenSSH client where usable, else a channel with a large
+        window; a transfer of fewer than :data:`STREAM_MIN_BYTES` (``size_hint``) takes a channel
+        of the open connection, which costs no new handshake). A stream that ends before the
+        command reported success raises :class:`~rgt_jupyter.errors.TransportError`."""
+        small = size_hint is not None and size_hint < STREAM_MIN_BYTES
+        return self._command_stream(shlex.join(argv), what or argv[0], source, channel=small)
+
+    def _command_stream(
+        self,
+        command: str,
+        what: str,
+        source: Iterable[bytes] | None = None,
+        channel: bool = False,
+    ) -> ReadStream:
         method = transfer_method()
-        binary = self._openssh_usable(method)
+        binary = None if channel and method == "auto" else self._openssh_usable(method)
         if binary is not None:
             argv = stream.openssh_argv(
-                binary,
-                self.alias,
-                ssh_config_path(),
-                self.spec.known_hosts,
-                stream.read_command(path, offset),
+                binary, self.alias, ssh_config_path(), self.spec.known_hosts, command
             )
-            reader = stream.OpenSSHStream(argv, path)
-            if self._openssh_ok is None and method == "auto":
+            if self._openssh_ok is None and method == "auto" and source is None:
+                reader = stream.OpenSSHStream(argv, what)
                 first = self._first_bytes(reader)
                 if first is None:  # ssh itself could not connect here: use paramiko from now on
                     self._openssh_ok = False
-                    return self._open_stream(path, offset)
+                    return self._command_stream(command, what, source, channel)
                 self._openssh_ok = True
                 self.last_stream = "openssh"
-                return cast(ReadStream, _Prefixed(first, reader))
+                return cast(ReadStream, stream.Prefixed(first, reader))
+            if self._openssh_ok is None and method == "auto":
+                # Input cannot be replayed: learn first whether ssh itself works here.
+                self._openssh_ok = self._openssh_works(binary)
+                if not self._openssh_ok:
+                    return self._command_stream(command, what, source, channel)
             self.last_stream = "openssh"
-            return cast(ReadStream, reader)
+            return cast(ReadStream, stream.OpenSSHStream(argv, what, source))
         transport = self.client().get_transport()
         assert transport is not None
         try:
-            channel = stream.ChannelStream(transport, path, offset, handshake_timeout())
+            chan = stream.ChannelStream(transport, what, command, handshake_timeout(), source)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             self.close()
             raise SSHError("transport_unavailable", f"{self.alias}: {exc}") from exc
         self.last_stream = "paramiko"
-        return cast(ReadStream, channel)
+        return cast(ReadStream, chan)
+
+    def _openssh_works(self, binary: str) -> bool:
+        """Whether the ssh client reaches this host on its own (keys, options, host key)."""
+        argv = stream.openssh_argv(
+            binary, self.alias, ssh_config_path(), self.spec.known_hosts, "echo rgt-ok"
+        )
+        reader = stream.OpenSSHStream(argv, "a check of the ssh client")
+        try:
+            return self._first_bytes(reader) is not None
+        finally:
+            reader.close()
 
     def _first_bytes(self, reader: stream.OpenSSHStream) -> bytes | None:
         """The first read of a stream, or None when ssh failed before a byte arrived for a
@@ -579,39 +631,6 @@ class SSHTransport(Transport):
         if self._home is None:
             self._home = cast(str, self._retry(lambda sftp: sftp.normalize(".")))
         return self._home
-
-
-class _Prefixed:
-    """A stream whose first bytes were already read."""
-
-    def __init__(self, first: bytes, rest: stream.OpenSSHStream) -> None:
-        self._first = first
-        self._rest = rest
-
-    def read(self, n: int = -1) -> bytes:
-        if self._first:
-            if n is None or n < 0 or n >= len(self._first):
-                out, self._first = self._first, b""
-            else:
-                out, self._first = self._first[:n], self._first[n:]
-            return out
-        return self._rest.read(n)
-
-    def readinto(self, buf: bytearray | memoryview) -> int:
-        if self._first:
-            data = self.read(len(buf))
-            memoryview(buf).cast("B")[: len(data)] = data
-            return len(data)
-        return self._rest.readinto(buf)
-
-    def close(self) -> None:
-        self._rest.close()
-
-    def __enter__(self) -> _Prefixed:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 _CONNECTIONS: dict[tuple[str, str], SSHTransport] = {}

@@ -34,6 +34,8 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -157,10 +159,26 @@ def openssh_argv(
     return [*argv, "--", alias, command]
 
 
-class OpenSSHStream:
-    """A remote file read through a local ``ssh`` process (see the module docstring)."""
+def _feed(source: Iterable[bytes], write: Callable[[bytes], Any], end: Callable[[], Any]) -> None:
+    """Write every chunk of ``source`` and then end the input (a thread of its own: the reader
+    drains the output meanwhile). A write to a stream that broke off ends quietly: the reader
+    reports the break."""
+    try:
+        for chunk in source:
+            write(chunk)
+    except (OSError, EOFError, ValueError, paramiko.SSHException):
+        return
+    try:
+        end()
+    except (OSError, EOFError, ValueError, paramiko.SSHException):
+        pass
 
-    def __init__(self, argv: list[str], path: str) -> None:
+
+class OpenSSHStream:
+    """The output of a remote command through a local ``ssh`` process (see the module
+    docstring); ``source`` chunks, when given, are its input."""
+
+    def __init__(self, argv: list[str], path: str, source: Iterable[bytes] | None = None) -> None:
         self.path = path
         self.received = 0
         self._stderr = tempfile.TemporaryFile()
@@ -172,7 +190,7 @@ class OpenSSHStream:
         try:
             self._proc = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if source is None else subprocess.PIPE,
                 stdout=write_end,
                 stderr=self._stderr,
                 start_new_session=True,  # a Ctrl-C in the kernel is handled here, not by ssh
@@ -181,6 +199,14 @@ class OpenSSHStream:
             os.close(write_end)
         self._out = os.fdopen(read_end, "rb", buffering=0)
         self._ended = False
+        self._feeder: threading.Thread | None = None
+        if source is not None:
+            pipe = self._proc.stdin
+            assert pipe is not None
+            self._feeder = threading.Thread(
+                target=_feed, args=(source, pipe.write, pipe.close), daemon=True
+            )
+            self._feeder.start()
 
     def readinto(self, buf: bytearray | memoryview) -> int:
         """Fill ``buf`` (less only at the end); 0 once the whole file has come."""
@@ -218,13 +244,19 @@ class OpenSSHStream:
         if code == 255:  # ssh's own failure: the connection, not the file
             raise StreamError(
                 "transport_unavailable",
-                f"the transfer of {self.path} broke off after {self.received} bytes: "
+                f"connection lost: the transfer of {self.path} broke off after {self.received} "
+                "bytes: "
                 + (stderr.strip().splitlines()[-1] if stderr.strip() else "ssh exited 255"),
             )
         raise _remote_error(self.path, code, stderr)
 
     def close(self) -> None:
         """Stop the transfer (if still running) and release the process."""
+        if self._proc.stdin is not None:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
         if self._proc.poll() is None:
             try:
                 os.killpg(self._proc.pid, signal.SIGTERM)
@@ -246,9 +278,17 @@ class OpenSSHStream:
 
 
 class ChannelStream:
-    """A remote file read through an exec channel of a paramiko transport."""
+    """The output of a remote command (``command``, a shell line) through an exec channel of a
+    paramiko transport; ``source`` chunks, when given, are its input."""
 
-    def __init__(self, transport: Any, path: str, offset: int, timeout: float) -> None:
+    def __init__(
+        self,
+        transport: Any,
+        path: str,
+        command: str,
+        timeout: float,
+        source: Iterable[bytes] | None = None,
+    ) -> None:
         self.path = path
         self.received = 0
         self._chan = transport.open_session(
@@ -257,8 +297,16 @@ class ChannelStream:
         interval, count = alive_settings()
         self.stall_s = interval * count
         self._chan.settimeout(self.stall_s)
-        self._chan.exec_command(read_command(path, offset))
+        self._chan.exec_command(command)
         self._ended = False
+        if source is not None:
+            threading.Thread(
+                target=_feed,
+                args=(source, self._chan.sendall, self._chan.shutdown_write),
+                daemon=True,
+            ).start()
+        else:
+            self._chan.shutdown_write()
 
     def read(self, n: int = -1) -> bytes:
         """Up to ``n`` bytes (fewer only at the end); b"" once the whole file has come."""
@@ -276,7 +324,9 @@ class ChannelStream:
                 got += len(chunk)
         except TimeoutError as exc:
             raise StreamError(
-                "timeout", f"no data for {self.stall_s:g} s while reading {self.path}"
+                "timeout",
+                f"connection lost: no data for {self.stall_s:g} s while reading {self.path} (the "
+                "host or the network to it is stalled)",
             ) from exc
         except (EOFError, paramiko.SSHException, OSError) as exc:
             raise StreamError(
@@ -318,6 +368,39 @@ class ChannelStream:
             pass
 
     def __enter__(self) -> ChannelStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Prefixed:
+    """A stream whose first bytes were already read."""
+
+    def __init__(self, first: bytes, rest: OpenSSHStream) -> None:
+        self._first = first
+        self._rest = rest
+
+    def read(self, n: int = -1) -> bytes:
+        if self._first:
+            if n is None or n < 0 or n >= len(self._first):
+                out, self._first = self._first, b""
+            else:
+                out, self._first = self._first[:n], self._first[n:]
+            return out
+        return self._rest.read(n)
+
+    def readinto(self, buf: bytearray | memoryview) -> int:
+        if self._first:
+            data = self.read(len(buf))
+            memoryview(buf).cast("B")[: len(data)] = data
+            return len(data)
+        return self._rest.readinto(buf)
+
+    def close(self) -> None:
+        self._rest.close()
+
+    def __enter__(self) -> Prefixed:
         return self
 
     def __exit__(self, *exc: object) -> None:

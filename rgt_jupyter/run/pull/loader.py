@@ -1,0 +1,177 @@
+"""Checkpoints loaded in one warm, separate process, each under its own time limit.
+
+The loader (``python -m rgt_jupyter.run.safe_load --serve``) imports torch once and then takes
+one path per line on its stdin, answering each with one JSON line (:func:`safe_load.check`). A
+pull, or a gate over many jobs, thus pays one interpreter start and one torch import, not one per
+checkpoint. A load that runs past its limit (a hostile or broken file) has its process killed:
+that file is reported ``failed`` and the next file gets a fresh process. Nothing is ever loaded
+in this process.
+
+:func:`warm_loader` keeps one loader for a block (a gate's checks across jobs);
+:func:`load_checkpoints` uses it, or one of its own for the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import IO, Any
+
+#: Seconds a fresh loader may take to start (the interpreter and its torch import), on top of
+#: its first file's own limit.
+START_S = 120.0
+#: A file's limit: this many seconds, plus one per this many bytes.
+BASE_S = 60.0
+BYTES_PER_S = 20e6
+
+_CURRENT: contextvars.ContextVar[Loader | None] = contextvars.ContextVar("rgt_loader", default=None)
+
+
+def limit_for(path: Path) -> float:
+    """Seconds ``path`` may take to load."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    return BASE_S + size / BYTES_PER_S
+
+
+class Loader:
+    """One loader process, started on first use and again after a file that ran past its limit."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._fresh = False
+        self.started = 0  # processes started (a test reads it)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        package_root = str(Path(str(resources.files("rgt_jupyter"))).parent)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self._stderr = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "rgt_jupyter.run.safe_load", "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+        )
+        self.started += 1
+        self._fresh = True
+        return self._proc
+
+    def warm(self) -> None:
+        """Start the process now (it imports torch while the caller goes on)."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
+
+    def check(self, path: Path, limit: float | None = None) -> dict[str, Any]:
+        """The load result of ``path`` (``verdict``: loaded, pickled, refused or failed)."""
+        limit = limit_for(path) if limit is None else limit
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else None
+        if proc is None:
+            proc = self._start()
+        allowed = limit + (START_S if self._fresh else 0.0)
+        self._fresh = False
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps(str(path)).encode() + b"\n")
+            proc.stdin.flush()
+        except OSError:
+            return self._crashed()
+        line = self._answer(proc, allowed)
+        if line is None:
+            self.close()
+            return {
+                "ok": False,
+                "verdict": "failed",
+                "detail": f"loading took longer than {limit:.0f} s",
+            }
+        if not line:
+            return self._crashed()
+        try:
+            result: dict[str, Any] = json.loads(line)
+        except ValueError:
+            return self._crashed()
+        return result
+
+    def _answer(self, proc: subprocess.Popen[bytes], allowed: float) -> bytes | None:
+        """The loader's next line; b"" when it died, None when it ran past ``allowed``."""
+        assert proc.stdout is not None
+        deadline = time.monotonic() + allowed
+        fd = proc.stdout.fileno()
+        buf = b""
+        while not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if not select.select([fd], [], [], min(left, 1.0))[0]:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b""
+            buf += chunk
+        return buf
+
+    def _crashed(self) -> dict[str, Any]:
+        detail = ""
+        if self._stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._stderr.seek(0)
+                detail = self._stderr.read().decode(errors="replace")[-500:]
+        self.close()
+        return {"ok": False, "verdict": "failed", "detail": f"loader crashed: {detail}"}
+
+    def close(self) -> None:
+        """Stop the process (it exits on its own at the end of its input)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                if proc.stdin is not None:
+                    proc.stdin.close()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
+@contextlib.contextmanager
+def warm_loader() -> Iterator[Loader]:
+    """One loader for every :func:`load_checkpoints` inside the block."""
+    current = _CURRENT.get()
+    if current is not None:
+        yield current
+        return
+    loader = Loader()
+    token = _CURRENT.set(loader)
+    try:
+        yield loader
+    finally:
+        _CURRENT.reset(token)
+        loader.close()
+
+
+def load_checkpoints(paths: list[Path], timeout: float | None = None) -> dict[str, dict[str, Any]]:
+    """Load each checkpoint in the warm loader (see the module docstring), each under its own
+    limit (``timeout`` seconds when given, else by its size: :func:`limit_for`)."""
+    if not paths:
+        return {}
+    with warm_loader() as loader:
+        return {str(p): loader.check(p, timeout) for p in paths}
