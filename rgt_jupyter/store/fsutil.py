@@ -4,6 +4,7 @@ did not confirm (:class:`UnconfirmedWrite`) from one that merely ran out of room
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -27,6 +28,25 @@ def fsync_file(fd: int) -> None:
         os.fsync(fd)
     except OSError as exc:
         raise UnconfirmedWrite(exc.errno, f"{exc.strerror}, on fsync") from exc
+
+
+def _syncfs() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return getattr(libc, "syncfs", None)
+    except OSError:
+        return None
+
+
+_SYNCFS = _syncfs()
+
+
+def sync_filesystem(fd: int) -> None:
+    """Write out the dirty data of the whole filesystem ``fd`` lies on, in one journal commit
+    (``syncfs``), best effort: many files' own fsyncs that follow then find little left to do,
+    and they, not this, report each file's write errors. Where there is no ``syncfs``, nothing."""
+    if _SYNCFS is not None:
+        _SYNCFS(fd)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

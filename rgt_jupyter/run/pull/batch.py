@@ -1,6 +1,7 @@
 """Many files of a pull over one stream: the remote frames them (:mod:`rgt_jupyter.remote.ship`),
-this side writes each into its ``.part``, hashes it as it arrives and fsyncs it from a pool of
-threads while the next files arrive. A file is handed back only once its fsync confirmed it, so
+this side writes each into its ``.part``, hashes it as it arrives and confirms it on disk from a
+thread of its own while the next files arrive, in groups (one filesystem-wide flush, then each
+file's own fsync, which reports that file's write error). A file is handed back only once its fsync confirmed it, so
 the caller may judge and rename it; a stream cut short still hands back every file that came
 whole (and confirmed) before it raises, and the file it was cut in stays a ``.part`` that the
 next pull resumes from its end.
@@ -16,23 +17,25 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...errors import PullError, TransportError
 from ...remote import ship_argv
-from ...store.fsutil import SyncBehind, UnconfirmedWrite, fsync_file
+from ...store.fsutil import SyncBehind, UnconfirmedWrite, fsync_file, sync_filesystem
 from ...transport import Transport
 
 HEADER = struct.Struct(">BQQ")
 DATA, MISSING, ERROR, END = 0, 1, 2, 255
 #: Files from this size on are flushed behind the writer as they arrive (:class:`SyncBehind`).
 SYNC_BEHIND_MIN = 64 << 20
-#: fsyncs in flight at once: a disk takes many small ones together (one journal commit).
-FSYNC_THREADS = 8
+#: Files are confirmed on disk in groups of this many (or of this many bytes): one
+#: filesystem-wide flush for the group, then each file's own fsync, which then costs little.
+GROUP_FILES = 128
+GROUP_BYTES = 64 << 20
 #: Files received but not yet confirmed, at most: past it the receiver waits for the disk.
-MAX_PENDING = 512
+MAX_PENDING = 384
 _BUF = 1 << 20
 
 
@@ -46,10 +49,13 @@ class Wanted:
     size: int
     have: int = 0
     sha: Any = None  # hashlib object over the part's first ``have`` bytes
+    part: Path = field(init=False)
+    #: The part as a string (a pull of 100,000 files makes no Path per use).
+    part_name: str = field(init=False)
 
-    @property
-    def part(self) -> Path:
-        return self.dest.with_name(self.dest.name + ".part")
+    def __post_init__(self) -> None:
+        self.part = self.dest.with_name(self.dest.name + ".part")
+        self.part_name = str(self.part)
 
 
 @dataclass
@@ -127,13 +133,28 @@ class FrameReader:
             n -= take
 
 
-def _confirm(fd: int, behind: SyncBehind | None) -> None:
-    try:
-        if behind is not None:
-            behind.close()
-        fsync_file(fd)
-    finally:
-        os.close(fd)
+def _confirm_group(
+    items: list[tuple[Fetched, int | None, SyncBehind | None]],
+) -> dict[int, BaseException]:
+    """Confirm a group of written files: one filesystem-wide flush, then each file's own fsync
+    (cheap now, and the one that reports that file's write error). Returns the errors by
+    ``id`` of the file's :class:`Fetched`; every descriptor is closed."""
+    fds = [fd for _, fd, _ in items if fd is not None]
+    if fds:
+        sync_filesystem(fds[0])
+    errors: dict[int, BaseException] = {}
+    for fetched, fd, behind in items:
+        if fd is None:
+            continue
+        try:
+            if behind is not None:
+                behind.close()
+            fsync_file(fd)
+        except UnconfirmedWrite as exc:
+            errors[id(fetched)] = exc
+        finally:
+            os.close(fd)
+    return errors
 
 
 def fetch_batch(
@@ -147,15 +168,23 @@ def fetch_batch(
     whole were yielded; a failed fsync raises :class:`UnconfirmedWrite` (that part deleted)."""
     request = {"files": [[w.src, w.have, -1] for w in wanted]}
     source = [json.dumps(request).encode()]
-    pending: deque[tuple[Fetched, Future[None]]] = deque()
-    made: set[Path] = set()
+    pending: deque[tuple[Fetched, Future[dict[int, BaseException]]]] = deque()
+    group: list[tuple[Fetched, int | None, SyncBehind | None]] = []
+    made: set[str] = set()
     failure: BaseException | None = None
-    with ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="rgt-pull-fsync") as pool:
+    with ThreadPoolExecutor(1, thread_name_prefix="rgt-pull-fsync") as pool:
+
+        def confirm(items: list[tuple[Fetched, int | None, SyncBehind | None]]) -> None:
+            if items:
+                future = pool.submit(_confirm_group, items)
+                pending.extend((fetched, future) for fetched, _, _ in items)
+
         try:
             size = sum(w.size - w.have for w in wanted)
             stream = transport.exec_stream(
                 ship_argv(python, "send"), source, "a batched pull", size_hint=size
             )
+            group_bytes = 0
             with stream:
                 reader = FrameReader(stream)
                 for want in wanted:
@@ -168,7 +197,7 @@ def fetch_batch(
                                 "was trusted. Fix its permissions there and pull again; what "
                                 "landed before it is kept and resumed."
                             )
-                        pending.append((Fetched(want, missing=True), _done()))
+                        group.append((Fetched(want, missing=True), None, None))
                         continue
                     if kind != DATA:
                         raise TransportError(f"the stream is out of step at {want.rel}")
@@ -178,14 +207,14 @@ def fetch_batch(
                         reader.exact(1)
                         want.part.unlink(missing_ok=True)
                         gone = Fetched(want, "", offset + length, length, shrank=True)
-                        pending.append((gone, _done()))
+                        group.append((gone, None, None))
                         continue
-                    parent = want.part.parent
+                    parent = os.path.dirname(want.part_name)
                     if parent not in made:
-                        parent.mkdir(parents=True, exist_ok=True)
+                        os.makedirs(parent, exist_ok=True)
                         made.add(parent)
                     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if want.have else os.O_TRUNC)
-                    fd = os.open(want.part, flags, 0o644)
+                    fd = os.open(want.part_name, flags, 0o644)
                     behind = SyncBehind(fd) if length >= SYNC_BEHIND_MIN else None
                     got = 0
                     try:
@@ -206,13 +235,18 @@ def fetch_batch(
                     fetched = Fetched(
                         want, want.sha.hexdigest(), want.have + got, got, shrank=status != 0
                     )
-                    pending.append((fetched, pool.submit(_confirm, fd, behind)))
+                    group.append((fetched, fd, behind))
+                    group_bytes += got
+                    if len(group) >= GROUP_FILES or group_bytes >= GROUP_BYTES:
+                        confirm(group)
+                        group, group_bytes = [], 0
                     while pending and (len(pending) > MAX_PENDING or pending[0][1].done()):
                         yield _settle(*pending.popleft())
                 if reader.exact(1)[0] != END:
                     raise TransportError("the stream did not end where it should")
         except (TransportError, OSError, PullError) as exc:
             failure = exc
+        confirm(group)  # what came whole before a cut is kept too
         while pending:
             item = pending.popleft()
             try:
@@ -284,17 +318,10 @@ def _write_all(fd: int, view: memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _done() -> Future[None]:
-    future: Future[None] = Future()
-    future.set_result(None)
-    return future
-
-
-def _settle(fetched: Fetched, confirmed: Future[None]) -> Fetched:
-    try:
-        confirmed.result()
-    except UnconfirmedWrite as exc:
+def _settle(fetched: Fetched, confirmed: Future[dict[int, BaseException]]) -> Fetched:
+    error = confirmed.result().get(id(fetched))
+    if isinstance(error, UnconfirmedWrite):
         fetched.want.part.unlink(missing_ok=True)
-        exc.rel = fetched.want.rel  # type: ignore[attr-defined]
-        raise
+        error.rel = fetched.want.rel  # type: ignore[attr-defined]
+        raise error
     return fetched

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from pathlib import PurePosixPath
 from typing import Any
 
 CKPT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".pkl")
@@ -30,17 +29,23 @@ def is_checkpoint(rel: str) -> bool:
     """Whether a pulled file (path relative to the run) under ``checkpoints/`` is one to load."""
     return (
         rel.startswith("checkpoints/")
-        and (rel.endswith(CKPT_SUFFIXES) or PurePosixPath(rel).name.startswith("ckpt-"))
+        and (rel.endswith(CKPT_SUFFIXES) or rel.rpartition("/")[2].startswith("ckpt-"))
         and not rel.endswith(".sha256")
     )
+
+
+def _split(rel: str) -> tuple[str, str]:
+    """(folder, name) of a relative POSIX path, as PurePosixPath gives them (``.``: none)."""
+    folder, _, name = rel.rpartition("/")
+    return folder or ".", name
 
 
 def folders(paths: Iterable[str]) -> dict[str, str]:
     """The recognised folders among ``paths`` (relative to the run), by folder: what saved it."""
     names: dict[str, set[str]] = {}
-    for rel in paths:
-        p = PurePosixPath(rel)
-        names.setdefault(str(p.parent), set()).add(p.name)
+    for rel in paths:  # plain string work: a pull may name 100,000 files
+        folder, name = _split(rel)
+        names.setdefault(folder, set()).add(name)
     out: dict[str, str] = {}
     for folder, here in sorted(names.items()):
         weights = any(_WEIGHTS.fullmatch(n) for n in here) or any(
@@ -61,8 +66,8 @@ def to_check(paths: Iterable[str]) -> list[str]:
     known = folders(paths)
     out = []
     for rel in paths:
-        p = PurePosixPath(rel)
-        in_folder = str(p.parent) in known and (rel.endswith(CKPT_SUFFIXES) or p.suffix == ".json")
+        folder = _split(rel)[0]
+        in_folder = folder in known and rel.endswith((*CKPT_SUFFIXES, ".json"))
         if is_checkpoint(rel) or in_folder:
             out.append(rel)
     return out

@@ -520,8 +520,9 @@ class SSHTransport(Transport):
             argv = stream.openssh_argv(
                 binary, self.alias, ssh_config_path(), self.spec.known_hosts, command
             )
-            if self._openssh_ok is None and method == "auto" and source is None:
-                reader = stream.OpenSSHStream(argv, what)
+            replayable = source is None or isinstance(source, list | tuple)
+            if self._openssh_ok is None and method == "auto" and replayable:
+                reader = stream.OpenSSHStream(argv, what, source)
                 first = self._first_bytes(reader)
                 if first is None:  # ssh itself could not connect here: use paramiko from now on
                     self._openssh_ok = False
@@ -530,7 +531,7 @@ class SSHTransport(Transport):
                 self.last_stream = "openssh"
                 return cast(ReadStream, stream.Prefixed(first, reader))
             if self._openssh_ok is None and method == "auto":
-                # Input cannot be replayed: learn first whether ssh itself works here.
+                # An input that cannot be sent twice: learn first whether ssh works here.
                 self._openssh_ok = self._openssh_works(binary)
                 if not self._openssh_ok:
                     return self._command_stream(command, what, source, channel)
