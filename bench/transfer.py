@@ -435,24 +435,12 @@ def fixed_costs(box: SshBox, dest: Path, repeats: int) -> dict[str, Any]:
 
     env = {**os.environ, "RGT_PROJECT": str(box.project)}
     rgt = [sys.executable, "-m", "rgt_jupyter"]
-    downs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()  # exit 0 or 1 (gate passes, or is refused): both computed it
-        subprocess.run(
-            [*rgt, "down", "ckpts"],
-            env=env,
-            cwd=box.project,
-            capture_output=True,
-            timeout=600,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-        downs.append(time.perf_counter() - t0)
     out["rgt_down_recheck_s"] = {
-        "median": statistics.median(downs),
-        "samples": downs,
-        "what": "rgt down ckpts without --yes (the gate computed, "
-        "nothing stopped), on the project whose SSH jobs were pulled",
+        "ssh_project": _downs(rgt, env, box.project, "ckpts", repeats),
+        "quickstart_project": _quickstart_downs(rgt, dest, repeats),
+        "what": "rgt down JOB without --yes: the gate computed (every check, the checkpoint "
+        "loads included), nothing stopped; on this bench's SSH project (its job with three "
+        "checkpoints pulled) and on the project `rgt demo` leaves (the quickstart)",
     }
 
     listing = Path(tempfile.mkdtemp(prefix="rgt-bench-jobs-", dir=dest))
@@ -482,6 +470,42 @@ def fixed_costs(box: SshBox, dest: Path, repeats: int) -> dict[str, Any]:
     return out
 
 
+def _downs(rgt: list[str], env: dict[str, str], project: Path, job: str, repeats: int) -> Any:
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()  # exit 0 or 1 (gate passes, or is refused): both computed it
+        subprocess.run(
+            [*rgt, "down", job],
+            env=env,
+            cwd=project,
+            capture_output=True,
+            timeout=600,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        samples.append(time.perf_counter() - t0)
+    return {"median": statistics.median(samples), "samples": samples}
+
+
+def _quickstart_downs(rgt: list[str], dest: Path, repeats: int) -> Any:
+    """``rgt demo`` into a fresh folder (the quickstart job, run and pulled), then its gate."""
+    project = dest / "quickstart"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RGT_")}
+    subprocess.run(
+        [*rgt, "demo", "--dir", str(project), "--timeout", "600"],
+        env=env,
+        cwd=dest,
+        capture_output=True,
+        timeout=900,
+        check=True,
+    )
+    listed = subprocess.run(
+        [*rgt, "jobs", "--json"], env=env, cwd=project, capture_output=True, check=True
+    )
+    name = json.loads(listed.stdout)["jobs"][0]["name"]
+    return {"job": name, **_downs(rgt, env, project, name, repeats)}
+
+
 def goals(report: dict[str, Any]) -> dict[str, Any]:
     """The goals, checked against the medians."""
     near = report["links"]["near_0ms"]
@@ -503,7 +527,9 @@ def goals(report: dict[str, Any]) -> dict[str, Any]:
     out["pull of three small checkpoints <= 2 s"] = (
         fixed["pull_three_small_checkpoints_s"]["median"] <= 2.0
     )
-    out["rgt down re-check <= 3 s"] = fixed["rgt_down_recheck_s"]["median"] <= 3.0
+    out["rgt down on the quickstart project <= 3 s"] = (
+        fixed["rgt_down_recheck_s"]["quickstart_project"]["median"] <= 3.0
+    )
     out["rgt jobs, 1,000 ended jobs <= 0.5 s"] = fixed["rgt_jobs_1000_ended_s"]["median"] <= 0.5
     for case, fig in report["resume"].items():
         bound = max(8 << 20, 0.01 * fig["bytes_landed_before"])
