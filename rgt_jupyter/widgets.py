@@ -37,6 +37,10 @@ from .views.render import (
 )
 from .views.teardown_view import TeardownView
 
+#: A running job's loss curve is drawn again at most this often (its rate and progress bar follow
+#: every snapshot; an ended job's curve is drawn at once, complete).
+CURVE_EVERY_S = 5.0
+
 
 def _bounded(value: Any) -> float | None:
     """A progress number a bar can show (finite, within 2**31), else None."""
@@ -151,6 +155,7 @@ class StatusView:
         self._shown_state = snap.display_state
         self._curve_key: tuple[int, int | None] = (-1, None)
         self._curve = ""
+        self._curve_at = 0.0
         self._rate = ""
         self._render(snap)
         self._key = self.watch.subscribe(job, self.update)
@@ -166,8 +171,10 @@ class StatusView:
         tb = self.job.traceback() if snap.state == "failed" else None
         records = self.watch.records(self.job.id)
         key = (len(records), id(records[-1]) if records else None)
-        if key != self._curve_key and self.look != "minimal":  # drawn when new records came
-            self._curve_key, self._curve = key, curve_svg(records)
+        now = time.monotonic()
+        due = snap.terminal or not self._curve or now - self._curve_at >= CURVE_EVERY_S
+        if key != self._curve_key and self.look != "minimal" and due:  # new records came
+            self._curve_key, self._curve, self._curve_at = key, curve_svg(records), now
         self._rate = rate_text(records, snap)
         self.bar.bar_style = BAR_STYLES.get(snap.display_state, "")
         self.body.value = snapshot_html(

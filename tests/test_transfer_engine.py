@@ -30,25 +30,9 @@ from rgt_jupyter.transport.ssh import SSHTransport, connect
 
 from .conftest import rgt
 from .farlink import FarLink
+from .pulljobs import LARGE, MANY
 from .sshbox import close_connections
 from .sshd import Sshd
-
-MANY = """\
-import os, random
-out = os.environ["RGT_OUT"]
-rng = random.Random(7)
-for i in range({count}):
-    sub = os.path.join(out, "shard %d" % (i % 17), "deeper")
-    os.makedirs(sub, exist_ok=True)
-    with open(os.path.join(sub, "item-%05d.bin" % i), "wb") as fh:
-        fh.write(rng.randbytes({size} + i % 97))
-"""
-LARGE = """\
-import os
-with open(os.path.join(os.environ["RGT_OUT"], "weights.bin"), "wb") as fh:
-    for _ in range({mib}):
-        fh.write(os.urandom(1 << 20))
-"""
 
 
 def _sha(path: Path) -> str:

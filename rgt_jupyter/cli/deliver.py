@@ -9,10 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..deliver.check_numbers import add_arguments as check_arguments
-from ..deliver.check_numbers import run_args as check_run
-from ..deliver.reconcile import add_arguments as reconcile_arguments
-from ..deliver.reconcile import run_args as reconcile_run
+from ..deliver.arguments import check_numbers_arguments as check_arguments
+from ..deliver.arguments import reconcile_arguments
 
 COMMANDS = ("check-numbers", "reconcile", "evidence", "deliver", "repro")
 
@@ -67,8 +65,12 @@ def dispatch(args: argparse.Namespace, project: Path) -> int | None:
         return None
     os.environ["RGT_PROJECT"] = str(project)
     if args.command == "check-numbers":
+        from ..deliver.check_numbers import run_args as check_run  # deferred: per command
+
         return check_run(args, project)
     if args.command == "reconcile":
+        from ..deliver.reconcile import run_args as reconcile_run  # deferred: per command
+
         return reconcile_run(args, project)
     if args.command == "evidence":
         from ..deliver.evidence import sync  # deferred: per command

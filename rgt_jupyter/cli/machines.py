@@ -1,4 +1,5 @@
-"""``rgt profiles``, ``rgt up``, ``rgt down`` and ``rgt instances``: machines and their meters."""
+"""``rgt profiles``, ``rgt up``, ``rgt down`` and ``rgt instances``: machines and their meters
+(what each command needs imported when it runs, so that other commands start fast)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..api import JobGroup, find
 from ..args import DOWN_ARGS, add_args
-from ..backends import get_backend
 from ..errors import UsageError
-from ..machines.profile_text import explain
-from ..machines.profiles import available, load_profile
-from ..run.billing import check_idle, describe
-from ..run.phases import phases_to
-from ..run.teardown import (
-    compute_gate,
-    confirm_guided,
-    decide,
-    provider_for,
-    settle_orphan,
-    stop_meter,
-)
-from ..store.registry import Registry
 from .output import dump, fit, pad
 
 _JSON_HELP = "print what is shown as one JSON object"
@@ -97,6 +83,10 @@ def dispatch(args: argparse.Namespace, project: Path) -> int | None:
 
 
 def _profiles(args: argparse.Namespace, project: Path) -> int:
+    from ..backends import get_backend
+    from ..machines.profile_text import explain
+    from ..machines.profiles import available, load_profile
+    from ..store.registry import Registry
 
     if args.action == "list":
         profiles = [load_profile(name, project) for name in sorted(available(project))]
@@ -148,6 +138,9 @@ def _param(pair: str) -> tuple[str, Any]:
 
 
 def _up(args: argparse.Namespace, project: Path) -> int:
+    from ..machines.profiles import load_profile
+    from ..run.teardown import provider_for
+    from ..store.registry import Registry
 
     prof = load_profile(args.profile, project)
     registry = Registry(project)
@@ -235,6 +228,9 @@ def _up_guided(args: argparse.Namespace, prof: Any, registry: Any) -> int:
 
 
 def _down(args: argparse.Namespace, project: Path) -> int:
+    from ..api import JobGroup, find
+    from ..run.phases import phases_to
+    from ..run.teardown import compute_gate
 
     found = find(args.job, project)
     # A seed group runs on one machine: the gate of its first member's is the group's.
@@ -266,6 +262,8 @@ def _down(args: argparse.Namespace, project: Path) -> int:
 
 
 def _decide_down(args: argparse.Namespace, name: str, gate: Any, project: Path, say: Any) -> int:
+    from ..run.teardown import confirm_guided, decide, settle_orphan, stop_meter
+
     if not args.json:
         say(gate.text())
     if args.confirm_stopped:
@@ -306,6 +304,8 @@ def _decide_down(args: argparse.Namespace, name: str, gate: Any, project: Path, 
 
 
 def _instances(project: Path, as_json: bool = False) -> int:
+    from ..run.billing import check_idle, describe
+    from ..store.registry import Registry
 
     rows = Registry(project).instances()
     listed = []

@@ -34,12 +34,34 @@ EXEC_LOOKS = 8
 EXEC_PAUSE_S = 0.002
 
 
-def _text(path: str, limit: int = 1 << 20) -> Optional[str]:
+def _read(path: str, limit: int = 1 << 20) -> Optional[bytes]:
+    """At most ``limit`` bytes of ``path`` (None when it cannot be read), in reads sized by the
+    file rather than by ``limit``: these records are small, and read every tick."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        chunks = []  # type: List[bytes]
+        got = 0
+        want = max(os.fstat(fd).st_size + 1, 4096)  # /proc files say 0
+        while got < limit:
+            chunk = os.read(fd, min(limit - got, want))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+            want = 1 << 16  # it grew while read: the rest in bounded reads
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _text(path: str, limit: int = 1 << 20) -> Optional[str]:
+    data = _read(path, limit)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def _pid(value: Any) -> Optional[int]:
@@ -51,10 +73,12 @@ def _pid(value: Any) -> Optional[int]:
 
 def _alive(pid: Any, start_ticks: Any) -> bool:
     try:
-        with open("/proc/%d/stat" % int(pid)) as fh:
-            text = fh.read()
-    except (OSError, ValueError, TypeError):
+        data = _read("/proc/%d/stat" % int(pid), 1 << 16)
+    except (ValueError, TypeError, OverflowError):
         return False
+    if not data:
+        return False
+    text = data.decode("utf-8", "replace")
     fields = text[text.rindex(")") + 2 :].split()
     if fields[0] in ("Z", "X"):
         return False

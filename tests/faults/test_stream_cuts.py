@@ -17,26 +17,10 @@ from rgt_jupyter.jobs.request import LaunchRequest
 from rgt_jupyter.run.pull.ranges import record_path
 from rgt_jupyter.run.pull.transfer import RANGED_MIN
 
+from ..pulljobs import LARGE, MANY
 from ..sshbox import close_connections, cutbox
 from ..sshd import Sshd
 from .evidence import Evidence
-
-MANY = """\
-import os, random
-out = os.environ["RGT_OUT"]
-rng = random.Random(7)
-for i in range(400):
-    sub = os.path.join(out, "shard %d" % (i % 17), "deeper")
-    os.makedirs(sub, exist_ok=True)
-    with open(os.path.join(sub, "item-%05d.bin" % i), "wb") as fh:
-        fh.write(rng.randbytes(60000 + i % 97))
-"""
-LARGE = """\
-import os
-with open(os.path.join(os.environ["RGT_OUT"], "weights.bin"), "wb") as fh:
-    for _ in range({mib}):
-        fh.write(os.urandom(1 << 20))
-"""
 
 
 def _sha(path: Path) -> str:
@@ -74,7 +58,7 @@ def test_a_cut_batched_stream_resumes_without_sending_again(
     the next pull gets differ from the job's, so the case fails.
     """
     with cutbox(sshd, box) as proxy:
-        job = _job(project, MANY, "cutmany")
+        job = _job(project, MANY.format(count=400, size=60000), "cutmany")
         source = Path(job.spec.out_dir)
         evidence.keep(source)
         total = sum(p.stat().st_size for p in source.rglob("*") if p.is_file())

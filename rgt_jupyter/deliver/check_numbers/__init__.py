@@ -45,6 +45,7 @@ from typing import Any
 
 from ...errors import RgtError
 from ...store.project import project_dir
+from ..arguments import check_numbers_arguments as add_arguments
 from ..notebook import read_notebook
 from .cells import Checker
 from .index import Leaf, ResultsIndex
@@ -123,18 +124,6 @@ def check_numbers(
         )
     )
     return NumbersReport(nb_path, sha, checker.items, index.files, checker.warnings)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``rgt check-numbers`` (shared by this module's ``main`` and the CLI)."""
-    parser.add_argument("notebook", help="the .ipynb file")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument(
-        "--strict", action="store_true", help="exit 1 while a typed or stale number remains"
-    )
-    parser.add_argument(
-        "--run", action="append", dest="runs", help="index this run folder instead (repeatable)"
-    )
 
 
 def run_args(args: argparse.Namespace, project: str | os.PathLike[str] | None = None) -> int:

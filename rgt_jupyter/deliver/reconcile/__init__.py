@@ -44,6 +44,7 @@ from pathlib import Path
 
 from ...errors import RgtError
 from ...store.project import project_dir
+from ..arguments import reconcile_arguments as add_arguments
 from ..notebook import read_notebook
 from .documents import latex, markdown
 from .evidence import load_evidence
@@ -143,18 +144,6 @@ def reconcile(
         checked=log.checked,
         ignored=log.ignored,
     )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``rgt reconcile`` (shared by this module's ``main`` and the CLI)."""
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="documents or folders to scan")
-    parser.add_argument(
-        "--evidence",
-        default=None,
-        metavar="E",
-        help="EVIDENCE.json (default: <project>/EVIDENCE.json)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
 
 def run_args(args: argparse.Namespace, project: str | os.PathLike[str] | None = None) -> int:

@@ -300,33 +300,26 @@ def _move(
             groups = split(batch, streams if many else 1)
             fetch_groups(transport, spec.python, groups, handle, moving)
             single = []
-        for want in ranged:
+        for want, by_ranges in [(w, True) for w in ranged] + [(w, False) for w in single]:
             try:
-                got, size, sent = fetch_ranged(
-                    transport,
-                    spec.python,
-                    want.src,
-                    want.dest,
-                    want.size,
-                    streams,
-                    _file_progress(on_progress, done_now(), total, want.rel),
-                )
-            except FileNotFoundError:
-                vanished(want)
-                continue
-            except UnconfirmedWrite as exc:
-                exc.rel = want.rel  # type: ignore[attr-defined]
-                raise
-            land(want, got, size, sent)
-        for want in single:
-            try:
-                got, size, sent = _fetch(
-                    transport,
-                    want.src,
-                    want.dest,
-                    want.size,
-                    _file_progress(on_progress, done_now(), total, want.rel),
-                )
+                if by_ranges:
+                    got, size, sent = fetch_ranged(
+                        transport,
+                        spec.python,
+                        want.src,
+                        want.dest,
+                        want.size,
+                        streams,
+                        _file_progress(on_progress, done_now(), total, want.rel),
+                    )
+                else:
+                    got, size, sent = _fetch(
+                        transport,
+                        want.src,
+                        want.dest,
+                        want.size,
+                        _file_progress(on_progress, done_now(), total, want.rel),
+                    )
             except FileNotFoundError:
                 vanished(want)
                 continue
