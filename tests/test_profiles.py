@@ -223,5 +223,5 @@ def test_up_needs_clocks_acknowledged_and_spend_approved(project: Path) -> None:
     assert Registry(project).acked("runpod", "danger_clocks") is None
     assert rgt_main(["profiles", "ack", "runpod"]) == 0
     assert Registry(project).acked("runpod", "danger_clocks")["how"] == "rgt profiles ack"
-    assert rgt_main(["up", "runpod"]) == 2  # spend not approved
+    assert rgt_main(["up", "runpod"]) == 2  # its checkpoints would not survive: refused
     assert not Registry(project).instances()

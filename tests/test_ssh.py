@@ -22,7 +22,8 @@ from rgt_jupyter.transport.ssh import SSHError, connect
 from rgt_jupyter.views.render import strip_ansi
 
 from .conftest import run_cell, wait_for
-from .sshbox import cutbox
+from .faultproxy import FaultProxy
+from .sshbox import close_connections, cutbox
 from .sshd import Sshd
 
 JOB = """\
@@ -150,6 +151,50 @@ def test_proxyjump_and_error_classes(
     with pytest.raises(SSHError) as info:
         connect("closed", project).exec(["true"])
     assert info.value.kind == "connection_refused"
+
+
+def test_proxyjump_hops_written_out_and_chains_go_through_every_hop(
+    project: Path, box: Path, sshd: Sshd, tmp_path: Path
+) -> None:
+    """``ProxyJump user@host:port`` (and ``ssh://``) is a hop, not an alias; ``a,b`` reaches b
+    through a and the target through b, as OpenSSH does; ``none`` means direct; a loop ends with
+    an error that says so."""
+    config = Path(os.environ["RGT_SSH_CONFIG"])
+    target = (
+        f"  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
+        f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {box}\n"
+    )
+    with FaultProxy(sshd.port) as first, FaultProxy(sshd.port) as second:
+        box.write_text(
+            box.read_text()
+            + "".join(f"[127.0.0.1]:{p.port} {sshd.host_pub}\n" for p in (first, second))
+        )
+        config.write_text(
+            config.read_text()
+            + f"\nHost written\n{target}  ProxyJump root@127.0.0.1:{first.port}\n"
+            + f"\nHost uri\n{target}  ProxyJump ssh://root@127.0.0.1:{second.port}\n"
+            + f"\nHost chain\n{target}  ProxyJump root@127.0.0.1:{first.port},"
+            f"127.0.0.1:{second.port}\n"
+            + f"\nHost direct\n{target}  ProxyJump none\n"
+            + "\nHost loop\n  HostName 127.0.0.1\n  ProxyJump loop\n"
+            # the hops written out take their key and known hosts from their host's block
+            + f"\nHost 127.0.0.1\n  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {box}\n"
+        )
+        out = connect("written", project).exec(["echo", "one hop"])
+        assert out.returncode == 0 and out.stdout == b"one hop\n"
+        assert (first.accepted, second.accepted) == (1, 0)
+        assert connect("uri", project).exec(["true"]).returncode == 0
+        assert (first.accepted, second.accepted) == (1, 1)
+        close_connections(project)
+        out = connect("chain", project).exec(["echo", "two hops"])
+        assert out.returncode == 0 and out.stdout == b"two hops\n"
+        assert (first.accepted, second.accepted) == (2, 2)  # second reached through first
+        assert connect("direct", project).exec(["true"]).returncode == 0
+        assert (first.accepted, second.accepted) == (2, 2)
+        with pytest.raises(SSHError) as info:
+            connect("loop", project).exec(["true"])
+        assert info.value.kind == "usage" and "hops" in str(info.value)
+        close_connections(project)
 
 
 def test_ssh_profile_needs_a_host(ip: Any, project: Path) -> None:

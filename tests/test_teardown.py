@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -256,6 +257,38 @@ def test_teardown_magic_shows_the_gate(project: Path, pod: RunPodFake, ip: Any) 
     bundle = view._repr_mimebundle_()
     assert "REFUSED" in bundle["text/plain"] and "terminate" in bundle["text/html"]
     assert _deletes(pod) == 0
+
+
+def test_guided_up_gives_the_next_step_and_writes_the_host_block_only_when_asked(
+    project: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rgt_jupyter.transport.ssh.hosts import resolve
+
+    config = tmp_path / "ssh" / "config"
+    monkeypatch.setenv("RGT_SSH_CONFIG", str(config))
+    profiles = project / ".rgt" / "profiles"
+    profiles.mkdir(parents=True)
+    (profiles / "box.toml").write_text(GUIDED)
+    connection = "ssh -p 41022 -i ~/.ssh/autodl root@connect.westb.seetacloud.com"
+    argv = ["up", "box", "--connection", connection, "--ack-clocks", "--yes"]
+    assert rgt_main([*argv, "--id", "one"]) == 0
+    out = capsys.readouterr().out
+    assert "HostName connect.westb.seetacloud.com" in out and "Port 41022" in out
+    assert "--profile box --host ALIAS" in out and not config.exists()  # shown, not written
+    assert rgt_main([*argv, "--id", "two", "--host", "gpu1", "--ssh-config"]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote Host gpu1 into {config}" in out and "--profile box --host gpu1" in out
+    assert config.stat().st_mode & 0o777 == 0o600
+    spec = resolve("gpu1")
+    assert (spec.hostname, spec.port, spec.user) == ("connect.westb.seetacloud.com", 41022, "root")
+    assert spec.identity_files == [os.path.expanduser("~/.ssh/autodl")]
+    before = config.read_text()
+    assert rgt_main([*argv, "--id", "three", "--host", "gpu1", "--ssh-config"]) == 2
+    assert "already has a Host gpu1" in capsys.readouterr().err
+    assert config.read_text() == before  # refused: nothing rewritten
 
 
 def test_guided_teardown_records_the_users_word_and_claims_nothing(

@@ -49,6 +49,11 @@ def add_parsers(sub: Any) -> None:
     )
     up.add_argument("--connection", default=None, help="guided: the SSH command the console shows")
     up.add_argument("--id", default=None, help="guided: the instance name the console shows")
+    up.add_argument(
+        "--ssh-config",
+        action="store_true",
+        help="write the machine's Host block (named by --host) into the SSH config",
+    )
     up.add_argument("--ack-clocks", action="store_true", help="acknowledge the danger clocks")
     up.add_argument("--yes", action="store_true", help="approve the spend")
     down = sub.add_parser(
@@ -156,12 +161,14 @@ def _up(args: argparse.Namespace, project: Path) -> int:
         registry.ack(prof.name, "danger_clocks", how="rgt up --ack-clocks")
     if not prof.provider:
         return _up_guided(args, prof, registry)
-    if not args.yes:
-        rate = f"${prof.cost_per_hour:.2f}/h" if prof.cost_per_hour else "the platform's price"
-        raise UsageError(f"`rgt up` starts billing at {rate}: pass --yes to approve the spend")
-
     params = {**prof.up, **dict(_param(p) for p in args.set)}
-    inst = provider_for(prof).up(params)
+    provider, price = _plan(prof, params, project)
+    if not args.yes:
+        print(f"Nothing created. `rgt up {prof.name} --yes` creates exactly this plan.")
+        return 0
+    if provider is None:
+        provider = provider_for(prof)  # says which key is missing
+    inst = provider.up(params)
     instance_id = f"{inst.provider}:{inst.id}"
     ssh = (
         f"ssh -p {inst.ssh_port} {inst.ssh_user or 'root'}@{inst.ssh_host}" if inst.ssh_host else ""
@@ -173,19 +180,109 @@ def _up(args: argparse.Namespace, project: Path) -> int:
         inst.id,
         args.host,
         inst.state,
-        inst.cost_per_hour or prof.cost_per_hour or None,
+        inst.cost_per_hour or price or None,
         {"ssh": ssh, "params": params},
     )
     print(f"up: {instance_id} ({inst.raw_state})" + (f"; {ssh}" if ssh else ""))
     if inst.ssh_host:
-        alias = args.host or "ALIAS"
-        print(
-            f"Add to ~/.ssh/config:\n  Host {alias}\n    HostName {inst.ssh_host}\n"
-            f"    Port {inst.ssh_port}\n    User {inst.ssh_user or 'root'}\n"
-            f"then check its key with `rgt trust-host {alias}`, and run with "
-            f"--profile {prof.name} --host {alias}"
+        _next_step(
+            args, prof.name, inst.ssh_host, int(inst.ssh_port or 22), inst.ssh_user or "root", None
         )
     return 0
+
+
+def _plan(prof: Any, params: dict[str, Any], project: Path) -> tuple[Any, float | None]:
+    """Print what ``rgt up`` would create (the create request the adapter would send, its price,
+    each disk's fate at the meter-stop verb, whether the durable dir survives it), creating
+    nothing; refuse a plan whose durable dir the profile's own rule refuses. Returns the
+    adapter (None without an API key) and the price per hour (None when unknown)."""
+    from ..machines.durability import check, surviving_options
+    from ..machines.providers import ProviderError, provider_class
+    from ..run.teardown import provider_for
+
+    home = "~"
+    durable = prof.expand(prof.durable_dir, project, home)
+    verdict = check(prof, durable, project, home)
+    if not verdict.ok:
+        raise UsageError(
+            f"`rgt up {prof.name}` would create a machine whose checkpoints do not survive "
+            f"{prof.meter_stop.verb}: {verdict.reason}. Put the durable dir on "
+            f"{surviving_options(prof, project, home)} (its profile's durable_dir), then run "
+            "`rgt up` again; nothing was created"
+        )
+    provider: Any = None
+    why_no_quote = ""
+    try:
+        provider = provider_for(prof)
+    except UsageError as exc:
+        why_no_quote = str(exc)
+    body = (provider or provider_class(prof.provider).planner()).request(params)
+    quote: float | None = None
+    if provider is not None:
+        try:
+            quote = provider.quote(body)
+        except ProviderError as exc:
+            why_no_quote = f"the platform's price could not be read ({exc})"
+    if quote is not None:
+        price, whose = quote, "the platform's price"
+    elif prof.cost_per_hour:
+        price, whose = float(prof.cost_per_hour), "the profile's cost_per_hour"
+        whose += f"; {why_no_quote}" if why_no_quote else "; the platform's API gives none"
+    else:
+        price, whose = None, why_no_quote or "the platform's API gives none before create"
+    ms = prof.meter_stop
+    print(f"Plan for {prof.name} on {prof.platform or prof.provider}:")
+    for what, value in provider_class(prof.provider).planner().plan_fields(body):
+        print(f"  {what:15} {value}")
+    shown = f"${price:.2f}/h" if price is not None else "unknown"
+    print(f"  {'price':15} {shown} ({whose})")
+    print(f"  {'meter stop':15} {ms.verb}" + (" (irreversible)" if ms.irreversible else ""))
+    print(f"  {'durable dir':15} {durable}: {verdict.reason}")
+    return provider, price
+
+
+def _next_step(
+    args: argparse.Namespace, profile: str, host: str, port: int, user: str, key: str | None
+) -> None:
+    """The ssh config Host block for the machine (written with ``--ssh-config``, else shown),
+    then the commands that come next."""
+    from ..transport.ssh.hosts import ssh_config_path
+
+    alias = args.host or "ALIAS"
+    block = f"Host {alias}\n  HostName {host}\n  Port {port}\n  User {user}\n"
+    if key:
+        block += f"  IdentityFile {key}\n"
+    if args.ssh_config:
+        if not args.host:
+            raise UsageError("--ssh-config writes a Host block: name it with --host ALIAS")
+        path = ssh_config_path()
+        _add_host_block(path, alias, block)
+        print(f"wrote Host {alias} into {path}")
+    else:
+        shown = "    " + block.rstrip("\n").replace("\n", "\n    ")
+        print(f"Add to ~/.ssh/config (or rerun with --host NAME --ssh-config):\n{shown}")
+    print(
+        f"Then check its key with `rgt trust-host {alias}`, and run with "
+        f"--profile {profile} --host {alias}"
+    )
+
+
+def _add_host_block(path: Path, alias: str, block: str) -> None:
+    """Append ``block`` to the SSH config at ``path`` (atomically; the file kept private),
+    refusing when a ``Host`` line already names ``alias``."""
+    from ..store.fsutil import atomic_write_bytes
+
+    text = path.read_text() if path.exists() else ""
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) > 1 and words[0].lower() == "host" and alias in words[1:]:
+            raise UsageError(
+                f"{path} already has a Host {alias}: pick another --host, or edit that block"
+            )
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    atomic_write_bytes(path, (text + sep + block).encode(), mode=mode)
 
 
 def _up_guided(args: argparse.Namespace, prof: Any, registry: Any) -> int:
@@ -200,11 +297,13 @@ def _up_guided(args: argparse.Namespace, prof: Any, registry: Any) -> int:
     argv = shlex.split(args.connection)
     if argv and argv[0] == "ssh":
         argv = argv[1:]
-    port, target = "22", ""
+    port, target, key = "22", "", None
     i = 0
     while i < len(argv):
         if argv[i] == "-p" and i + 1 < len(argv):
             port, i = argv[i + 1], i + 2
+        elif argv[i] == "-i" and i + 1 < len(argv):
+            key, i = argv[i + 1], i + 2
         elif argv[i].startswith("-"):
             i += 2 if argv[i] in ("-i", "-l", "-o") else 1
         else:
@@ -224,6 +323,7 @@ def _up_guided(args: argparse.Namespace, prof: Any, registry: Any) -> int:
         {"ssh": args.connection, "guided": True},
     )
     print(f"recorded {prof.name}:{platform_id}; rgt cannot see its meter: `rgt down` guides you")
+    _next_step(args, prof.name, match["host"], int(port), match["user"] or "root", key)
     return 0
 
 

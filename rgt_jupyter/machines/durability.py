@@ -105,6 +105,17 @@ def surviving_tiers(profile: Profile) -> list[Tier]:
 def refusal_advice(profile: Profile, verdict: Durability, project: Path, home: str) -> str:
     """The consequence spelled out, and what to do instead (the tiers' paths as they are on the
     machine whose home dir is ``home``)."""
+    where = surviving_options(profile, project, home)
+    return (
+        f"Refused: {verdict.reason}. If the job's checkpoints are lost there, a preempted or "
+        f"interrupted run restarts from zero, and {profile.meter_stop.verb} destroys them. "
+        f"Put the checkpoint dir on: {where}. To launch anyway, knowing this, pass "
+        "--allow-ephemeral-ckpt (the override is recorded in the job and its run.json)."
+    )
+
+
+def surviving_options(profile: Profile, project: Path, home: str) -> str:
+    """The tiers where checkpoints would be accepted, each with what makes it available."""
     good = surviving_tiers(profile)
     options = []
     for tier in good:
@@ -115,10 +126,4 @@ def refusal_advice(profile: Profile, verdict: Durability, project: Path, home: s
             else ""
         )
         options.append(f"{profile.expand(tier.path, project, home)} ({tier.label}){need}")
-    where = "; ".join(options) or "no tier of this profile survives it"
-    return (
-        f"Refused: {verdict.reason}. If the job's checkpoints are lost there, a preempted or "
-        f"interrupted run restarts from zero, and {profile.meter_stop.verb} destroys them. "
-        f"Put the checkpoint dir on: {where}. To launch anyway, knowing this, pass "
-        "--allow-ephemeral-ckpt (the override is recorded in the job and its run.json)."
-    )
+    return "; ".join(options) or "no tier of this profile survives it"

@@ -30,6 +30,7 @@ __all__ = [
     "api_base_url",
     "api_env_var",
     "get_provider",
+    "provider_class",
 ]
 
 
@@ -41,9 +42,14 @@ def get_provider(
     ``base_url`` defaults to :func:`api_base_url` (``RGT_<NAME>_API_URL``, else the documented
     root); ``timeout`` bounds every HTTP call, in seconds.
     """
+    return provider_class(name)(api_key, base_url=base_url, timeout=timeout)
+
+
+def provider_class(name: str) -> type[Provider]:
+    """The adapter class of platform ``name`` (its :meth:`Provider.planner` needs no key)."""
     if name not in PLATFORMS:
         raise ProviderError(f"Unknown provider {name!r}: use one of {', '.join(PROVIDERS)}.")
     platform = PLATFORMS[name]
     module = importlib.import_module(f".{platform.module}", __name__)
     cls: type[Provider] = getattr(module, platform.cls)
-    return cls(api_key, base_url=base_url, timeout=timeout)
+    return cls

@@ -148,6 +148,32 @@ class Provider(abc.ABC):
         """The headers that carry the key; platforms that differ override this."""
         return {"Authorization": f"Bearer {api_key}"}
 
+    @classmethod
+    def planner(cls) -> Provider:
+        """An adapter that only builds create requests (:meth:`request`, :meth:`plan_fields`)
+        and makes no call: what ``rgt up`` shows before anything exists, key or no key."""
+        adapter = cls.__new__(cls)
+        adapter._api_key = ""
+        adapter.timeout = 0.0
+        adapter.base_url = ""
+        adapter.http = None  # type: ignore[assignment]
+        return adapter
+
+    def request(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The create request :meth:`up` sends for ``params`` (the profile's create
+        parameters): defaults filled in, fields checked; no call is made."""
+        return dict(params)
+
+    def quote(self, body: dict[str, Any]) -> float | None:
+        """The platform's price in USD per hour for the create request ``body``, where its API
+        tells it before a create (None where it does not)."""
+        return None
+
+    def plan_fields(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        """The create request ``body`` as (what, value) lines of a plan: GPU and count, image,
+        disks and where they are mounted."""
+        return [(key, str(value)) for key, value in body.items() if value not in (None, "", {}, [])]
+
     # -- what each platform implements -------------------------------------------------------
 
     @abc.abstractmethod

@@ -46,17 +46,7 @@ class LambdaCloud(Provider):
     def up(self, params: dict[str, Any]) -> Instance:
         """Launch ``instance_type_name`` with one SSH key, in ``region_name`` or else in each
         region that reports capacity, in a bounded, paced loop."""
-        body = dict(params)
-        key = body.pop("ssh_key_name", None)
-        if key and not body.get("ssh_key_names"):
-            body["ssh_key_names"] = [key]
-        if isinstance(body.get("ssh_key_names"), str):
-            body["ssh_key_names"] = [body["ssh_key_names"]]
-        self.require(body, "instance_type_name", "ssh_key_names")
-        if body.setdefault("quantity", 1) != 1:
-            raise ProviderError("Lambda quantity must be 1: one launch makes one instance here.")
-        body.setdefault("name", "rgt-jupyter")
-        body.setdefault("file_system_names", [])
+        body = self.request(params)
         wanted = body.pop("region_name", None)
         itype = str(body["instance_type_name"])
         last_launch: float | None = None
@@ -110,6 +100,38 @@ class LambdaCloud(Provider):
             f"No Lambda capacity for {itype} {where} after {self.launch_rounds} passes"
             f"{tried_txt}. Try another instance type or region, or try again later."
         )
+
+    def request(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The launch request :meth:`up` sends (``region_name`` None: the first region that
+        reports capacity)."""
+        body = dict(params)
+        key = body.pop("ssh_key_name", None)
+        if key and not body.get("ssh_key_names"):
+            body["ssh_key_names"] = [key]
+        if isinstance(body.get("ssh_key_names"), str):
+            body["ssh_key_names"] = [body["ssh_key_names"]]
+        self.require(body, "instance_type_name", "ssh_key_names")
+        if body.setdefault("quantity", 1) != 1:
+            raise ProviderError("Lambda quantity must be 1: one launch makes one instance here.")
+        body.setdefault("name", "rgt-jupyter")
+        body.setdefault("file_system_names", [])
+        body.setdefault("region_name", None)
+        return body
+
+    def quote(self, body: dict[str, Any]) -> float | None:
+        """The instance type's price, from ``GET /instance-types``."""
+        return self._capacity(str(body["instance_type_name"]))[0]
+
+    def plan_fields(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        """Instance type (GPU and count are the type's), region, SSH key, file systems."""
+        systems = ", ".join(body.get("file_system_names") or []) or "none"
+        return [
+            ("instance type", f"{body.get('instance_type_name')} (its GPUs are the type's)"),
+            ("region", str(body.get("region_name") or "the first that reports capacity")),
+            ("ssh key", ", ".join(body.get("ssh_key_names") or [])),
+            ("local disk", "the type's NVMe (lost on terminate)"),
+            ("file systems", f"{systems} (outlive the instance)"),
+        ]
 
     def status(self, instance_id: str) -> Instance:
         """``GET /instances/{id}``; gone on 404 (the platform forgets terminated instances)."""

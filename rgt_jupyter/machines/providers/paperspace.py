@@ -37,6 +37,19 @@ class Paperspace(Provider):
 
     def up(self, params: dict[str, Any]) -> Instance:
         """Create a machine: ``machineType``, ``templateId`` and ``region`` are required."""
+        body = self.request(params)
+        answer = self.create_call("POST", "/machines", body, f"machine {body['name']!r}")
+        data = answer.data if isinstance(answer.data, dict) else {}
+        machine = data.get("data", data)
+        if not isinstance(machine, dict) or not machine.get("id"):
+            raise ProviderError(
+                f"Paperspace accepted the create but returned no machine id; look for "
+                f"{body['name']!r} on {self.console_url} before creating another."
+            )
+        return self._instance(machine)
+
+    def request(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The create request :meth:`up` sends."""
         body = dict(params)
         self.require(body, "machineType", "templateId", "region")
         body.setdefault("name", "rgt-jupyter")
@@ -48,15 +61,17 @@ class Paperspace(Provider):
                 f"Paperspace publicIpType must be static, dynamic or none, not "
                 f"{body['publicIpType']!r}."
             )
-        answer = self.create_call("POST", "/machines", body, f"machine {body['name']!r}")
-        data = answer.data if isinstance(answer.data, dict) else {}
-        machine = data.get("data", data)
-        if not isinstance(machine, dict) or not machine.get("id"):
-            raise ProviderError(
-                f"Paperspace accepted the create but returned no machine id; look for "
-                f"{body['name']!r} on {self.console_url} before creating another."
-            )
-        return self._instance(machine)
+        return body
+
+    def plan_fields(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        """Machine type (GPU and count are the type's), template, region, disk, address."""
+        return [
+            ("machine type", f"{body.get('machineType')} (its GPUs are the type's)"),
+            ("template", str(body.get("templateId"))),
+            ("region", str(body.get("region"))),
+            ("disk", f"{body.get('diskSize')} GB boot disk (kept by stop, lost on delete)"),
+            ("public IP", str(body.get("publicIpType"))),
+        ]
 
     def status(self, instance_id: str) -> Instance:
         """``GET /machines/{id}``; gone on 404."""

@@ -112,6 +112,17 @@ class RunPod(Provider):
         a v1 name given together with its v2 name with a different value, and any other
         field v2 does not know (v2 would answer 422 naming it).
         """
+        body = self.request(params)
+        pod = self.create_call("POST", "/pods", body, f"pod {body['name']!r}").data
+        if not isinstance(pod, dict) or not pod.get("id"):
+            raise ProviderError(
+                f"RunPod accepted the create but returned no pod id; look for pod "
+                f"{body['name']!r} on {self.console_url} before creating another."
+            )
+        return self._instance(pod)
+
+    def request(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The v2 ``CreatePodRequest`` :meth:`up` sends (see there for the fields)."""
         body = self._from_v1(dict(params))
         gpu = body.get("gpu")
         if isinstance(gpu, str):
@@ -145,13 +156,41 @@ class RunPod(Provider):
             body["ports"] = [p.strip() for p in body["ports"].split(",") if p.strip()]
         if not any(str(p).startswith("22/") for p in body["ports"]):
             body["ports"] = [*body["ports"], "22/tcp"]
-        pod = self.create_call("POST", "/pods", body, f"pod {body['name']!r}").data
-        if not isinstance(pod, dict) or not pod.get("id"):
-            raise ProviderError(
-                f"RunPod accepted the create but returned no pod id; look for pod "
-                f"{body['name']!r} on {self.console_url} before creating another."
+        return body
+
+    def plan_fields(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        """GPU × count, image, cloud, the container disk and the volume (the pod's own, or a
+        Network Volume by id), each with where it is mounted."""
+        gpu = body.get("gpu") or {}
+        out = [
+            (
+                "GPU",
+                f"{gpu.get('id')} x {gpu.get('count', 1)}" if gpu else f"CPU {body.get('cpu')}",
+            ),
+            ("image", str(body.get("image") or f"template {body.get('templateId')}")),
+            ("cloud", str(body.get("cloud"))),
+            ("container disk", f"{body.get('disk')} GB at / (lost on stop and on terminate)"),
+        ]
+        mounts = body.get("mounts") or {}
+        persistent = mounts.get("persistent") if isinstance(mounts, dict) else None
+        network = mounts.get("network") if isinstance(mounts, dict) else None
+        if isinstance(persistent, dict):
+            out.append(
+                (
+                    "volume disk",
+                    f"{persistent.get('size')} GB at {persistent.get('path')} (the pod's own: "
+                    "kept by stop, lost on terminate)",
+                )
             )
-        return self._instance(pod)
+        for vol in network if isinstance(network, list) else []:
+            if isinstance(vol, dict):
+                out.append(
+                    (
+                        "network volume",
+                        f"{vol.get('volumeId')} at {vol.get('path')} (outlives the pod)",
+                    )
+                )
+        return out
 
     def status(self, instance_id: str) -> Instance:
         """``GET /pods/{id}``; 404 (or status TERMINATED) means gone."""

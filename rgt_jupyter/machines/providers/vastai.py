@@ -40,11 +40,25 @@ class VastAI(Provider):
 
     def up(self, params: dict[str, Any]) -> Instance:
         """Rent offer ``offer_id`` (also ``ask_id``/``id``) with ``image``; defaults ssh_direct."""
+        body = self.request(params)
+        offer = body.pop("offer_id")
+        answer = self.create_call("PUT", f"/asks/{seg(offer)}/", body, f"offer {offer}")
+        data = answer.data if isinstance(answer.data, dict) else {}
+        new_id = data.get("new_contract")
+        if not data.get("success", True) or new_id is None:
+            said = self.http.clean(str(data.get("msg") or answer.text[:200]))
+            raise ProviderError(
+                f"vast.ai did not rent offer {offer}: {said}. Pick another offer (offers go "
+                f"quickly), and check {self.console_url}."
+            )
+        return self.instance(str(new_id), "starting", "created", ssh_user="root", detail=dict(data))
+
+    def request(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The rent request :meth:`up` sends, with the offer it rents as ``offer_id``."""
         body = dict(params)
         offer = body.pop("offer_id", None) or body.pop("ask_id", None) or body.pop("id", None)
         body["offer_id"] = offer
         self.require(body, "offer_id", "image")
-        del body["offer_id"]
         if as_int(offer) is None:
             raise ProviderError(
                 f"vast.ai offer_id must be the numeric id of an offer, not {offer!r}: pick one "
@@ -59,16 +73,16 @@ class VastAI(Provider):
             raise ProviderError(
                 f"vast.ai runtype must be one of {', '.join(_RUNTYPES)}, not {body['runtype']!r}."
             )
-        answer = self.create_call("PUT", f"/asks/{seg(offer)}/", body, f"offer {offer}")
-        data = answer.data if isinstance(answer.data, dict) else {}
-        new_id = data.get("new_contract")
-        if not data.get("success", True) or new_id is None:
-            said = self.http.clean(str(data.get("msg") or answer.text[:200]))
-            raise ProviderError(
-                f"vast.ai did not rent offer {offer}: {said}. Pick another offer (offers go "
-                f"quickly), and check {self.console_url}."
-            )
-        return self.instance(str(new_id), "starting", "created", ssh_user="root", detail=dict(data))
+        return body
+
+    def plan_fields(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        """The offer (which fixes GPU, count and price), image, disk and how it is reached."""
+        return [
+            ("offer", f"{body.get('offer_id')} (its GPU, count and price are the offer's)"),
+            ("image", str(body.get("image"))),
+            ("disk", f"{body.get('disk')} GB container disk (kept by stop, lost on destroy)"),
+            ("access", str(body.get("runtype"))),
+        ]
 
     def status(self, instance_id: str) -> Instance:
         """``GET /instances/{id}/``; gone on 404, or when the platform returns no instance."""

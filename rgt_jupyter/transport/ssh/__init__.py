@@ -42,7 +42,7 @@ import paramiko
 from ...errors import SSHError
 from ..base import ExecResult, FileStat, ReadStream, Transport
 from . import stream
-from .hosts import HostSpec, RefuseUnknown, fingerprint, resolve, ssh_config_path
+from .hosts import HostSpec, RefuseUnknown, fingerprint, jump_hops, resolve, ssh_config_path
 from .liveness import HeardSocket, Liveness, handshake_timeout
 
 _log = logging.getLogger(__name__)
@@ -85,11 +85,41 @@ def transfer_method() -> str:
     return method
 
 
+#: The most hops a ProxyJump chain may take, counting the hops' own ProxyJump (a loop in the
+#: config ends here rather than recursing).
+MAX_HOPS = 8
+_HOPS = threading.local()
+
+
+def _jump(hops: list[str], project: Path | None) -> SSHTransport:
+    """The connection to the last of ``hops``, itself reached through the ones before it (as
+    OpenSSH's ``ProxyJump a,b``: a first, then b through a, then the target through b)."""
+    if len(hops) == 1:
+        return connect(hops[0], project)
+    key = (",".join(hops), str(project))
+    with _CONNECTIONS_LOCK:
+        if key not in _CONNECTIONS:
+            _CONNECTIONS[key] = SSHTransport(hops[-1], project, via=",".join(hops[:-1]))
+        return _CONNECTIONS[key]
+
+
 def open_socket(spec: HostSpec, project: Path | None) -> Any:
-    """A direct TCP socket, or a channel through the ProxyJump host."""
+    """A direct TCP socket, or a channel through the ProxyJump hops (``alias``,
+    ``user@host:port``, or a comma-separated chain of them)."""
     if spec.proxy_jump:
-        jump = connect(spec.proxy_jump.split(",")[0], project)
-        transport = jump.client().get_transport()
+        depth = getattr(_HOPS, "depth", 0)
+        if depth >= MAX_HOPS:
+            raise SSHError(
+                "usage",
+                f"the ProxyJump chain to {spec.alias} takes more than {MAX_HOPS} hops: does a "
+                "hop's own ProxyJump lead back to it? Check ~/.ssh/config",
+            )
+        _HOPS.depth = depth + 1
+        try:
+            jump = _jump(jump_hops(spec.proxy_jump), project)
+            transport = jump.client().get_transport()
+        finally:
+            _HOPS.depth = depth
         assert transport is not None
         try:
             return transport.open_channel(
@@ -131,11 +161,13 @@ class SSHTransport(Transport):
     name = "ssh"
     bulk = True
 
-    def __init__(self, alias: str, project: Path | None = None) -> None:
+    def __init__(self, alias: str, project: Path | None = None, via: str | None = None) -> None:
         self.alias = alias
         self.host = alias
         self.project = project
         self.spec = resolve(alias, project)
+        if via is not None:  # a hop of a chain: reached through the hops before it
+            self.spec.proxy_jump = via
         self._client: paramiko.SSHClient | None = None
         self._alive: Liveness | None = None  # the open connection's dead-peer watchdog
         self._sftp: paramiko.SFTPClient | None = None

@@ -62,27 +62,71 @@ class HostSpec:
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
 
 
+def parse_destination(text: str) -> tuple[str | None, str, int | None] | None:
+    """``[user@]host[:port]`` or ``ssh://[user@]host[:port]`` (a ProxyJump hop written out, as
+    OpenSSH takes it) as (user, host, port); None for a plain alias."""
+    rest = text.strip()
+    uri = rest.startswith("ssh://")
+    if uri:
+        rest = rest[len("ssh://") :].rstrip("/")
+    if not uri and "@" not in rest and ":" not in rest:
+        return None
+    user, at, rest = rest.rpartition("@")
+    port_text = ""
+    if rest.startswith("["):  # [v6 address]:port
+        host, _, after = rest[1:].partition("]")
+        port_text = after[1:] if after.startswith(":") else ""
+    elif rest.count(":") == 1:
+        host, port_text = rest.split(":")
+    else:
+        host = rest
+    if not host or (port_text and not port_text.isdigit()) or (at and not user):
+        raise SSHError(
+            "usage", f"cannot read the SSH destination {text!r}: write [user@]host[:port]"
+        )
+    port = int(port_text) if port_text else None
+    if port is not None and not 0 < port < 65536:
+        raise SSHError("usage", f"the SSH destination {text!r} names port {port}")
+    return (user or None), host, port
+
+
 def resolve(alias: str, project: Path | None = None) -> HostSpec:
-    """Resolve ``alias`` through the SSH config (HostName, Port, User, IdentityFile, ProxyJump)."""
+    """Resolve ``alias`` through the SSH config (HostName, Port, User, IdentityFile, ProxyJump).
+    A destination written out (``user@host:port``, as a ProxyJump hop may be) is looked up by its
+    host, with its own user and port taking precedence."""
     config = paramiko.SSHConfig()
     path = ssh_config_path()
     if path.exists():
         config = paramiko.SSHConfig.from_path(str(path))
-    found = config.lookup(alias)
+    written = parse_destination(alias)
+    found = config.lookup(written[1] if written else alias)
     known = [Path(os.path.expanduser("~/.ssh/known_hosts"))]
     for entry in str(found.get("userknownhostsfile", "")).split():
         known.append(Path(os.path.expanduser(entry)))
     if project is not None:
         known.append(project / ".rgt" / "known_hosts")
+    jump = found.get("proxyjump")
+    user, port = found.get("user"), int(found.get("port", 22))
+    if written:
+        user = written[0] or user
+        port = written[2] or port
     return HostSpec(
         alias=alias,
-        hostname=str(found.get("hostname", alias)),
-        port=int(found.get("port", 22)),
-        user=found.get("user"),
+        hostname=str(found.get("hostname", written[1] if written else alias)),
+        port=port,
+        user=user,
         identity_files=[os.path.expanduser(p) for p in found.get("identityfile", [])],
         known_hosts=known,
-        proxy_jump=found.get("proxyjump"),
+        proxy_jump=None if not jump or str(jump).strip().lower() == "none" else str(jump),
     )
+
+
+def jump_hops(proxy_jump: str) -> list[str]:
+    """The hops of a ProxyJump value, first to last (``a,user@b:2222``)."""
+    hops = [hop.strip() for hop in proxy_jump.split(",")]
+    if not all(hops):
+        raise SSHError("usage", f"ProxyJump {proxy_jump!r} has an empty hop")
+    return hops
 
 
 class RefuseUnknown(paramiko.MissingHostKeyPolicy):
