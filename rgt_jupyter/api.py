@@ -24,7 +24,7 @@ from .jobs.request import LaunchRequest, make_request
 from .jobs.snapshot import TERMINAL, Snapshot, as_launched
 from .jobs.spec import JobSpec
 from .jobs.tracebacks import traceback_lines
-from .run.billing import cost_text
+from .run.billing import job_cost
 from .run.launch import launch, update_spec
 from .run.pull import pull
 from .run.pull.formats import report_lines
@@ -117,11 +117,16 @@ class Job:
             )
         if self._secrets_note:
             snap.diagnosis = "; ".join(x for x in (snap.diagnosis, self._secrets_note) if x)
-        if self.spec.instance_id:
-            inst = Registry(self.project).instance(self.spec.instance_id)
-            snap.cost = cost_text(inst) if inst else None
+        inst = (
+            Registry(self.project).instance(self.spec.instance_id)
+            if self.spec.instance_id
+            else None
+        )
+        snap.cost = job_cost(self.spec.cost_per_hour, snap.elapsed, inst)[1]
         if self._last is None or self._last.state != snap.state:
-            Registry(self.project).set_state(self.id, snap.state, exit_code=snap.exit_code)
+            Registry(self.project).set_state(
+                self.id, snap.state, exit_code=snap.exit_code, elapsed=snap.elapsed
+            )
         self._last = snap
         return snap
 

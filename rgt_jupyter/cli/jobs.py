@@ -22,8 +22,10 @@ from ..args import (
     run_options,
 )
 from ..errors import RgtError, TransportError
+from ..run.billing import job_cost
 from ..run.phases import phases_to
 from ..run.rebuild import rebuild_registry
+from ..store.registry import Registry
 from ..views.progress import TransferBar
 from ..views.render import age_text, progress_text, rate_text, snapshot_text
 from .output import dump, for_stream, run_dict, snapshot_dict, state_word
@@ -306,6 +308,9 @@ def _jobs(project: Path, as_json: bool = False) -> int:
     rows: list[dict[str, Any]] = []
     away: dict[tuple[str, str], str] = {}
     now = time.time()
+    registry = Registry(project)
+    ran = registry.run_seconds()
+    machines = {inst["id"]: inst for inst in registry.instances()}
     for job in every:
         where = (job.spec.transport, job.spec.host_alias or "")
         row: dict[str, Any] = {
@@ -321,14 +326,18 @@ def _jobs(project: Path, as_json: bool = False) -> int:
             "progress": None,
             "settled": False,
         }
+        elapsed = ran.get(job.id)
         if job.recorded_state in SETTLED:
             row.update(observed=True, settled=True)  # its state is final: nothing to ask
         elif where not in away:
             try:
                 snap = job.snapshot(log_lines=0)
                 row.update(observed=True, state=snap.display_state, progress=snap.progress)
+                elapsed = snap.elapsed
             except (TransportError, OSError) as exc:
                 away[where] = str(exc)
+        inst = machines.get(job.spec.instance_id or "")
+        row["cost_usd"] = job_cost(job.spec.cost_per_hour, elapsed, inst)[0]
         rows.append(row)
     if as_json:
         dump({"project": str(project), "jobs": rows, "not_observed": _away(away)})
@@ -336,12 +345,13 @@ def _jobs(project: Path, as_json: bool = False) -> int:
     if not rows:
         print(f"no jobs in {project}")
         return 0
-    table = [("ID", "NAME", "STATE", "PROFILE", "CREATED", "PROGRESS")]
+    table = [("ID", "NAME", "STATE", "PROFILE", "CREATED", "COST", "PROGRESS")]
     for row in rows:
         state = row["state"] if row["observed"] else _unobserved(row)
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created_at"]))
         progress = progress_text(row["progress"]) if row["progress"] else "-"
-        table.append((row["id"], row["name"], state, row["profile"], created, progress))
+        cost = f"${row['cost_usd']:.2f}" if row["cost_usd"] is not None else "-"
+        table.append((row["id"], row["name"], state, row["profile"], created, cost, progress))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         cells = [c.ljust(w) for c, w in zip(r, widths, strict=True)]

@@ -113,6 +113,9 @@ class JobSpec:
     project: str = ""
     #: The machine ``rgt up`` made that the job runs on, when there is one.
     instance_id: str | None = None
+    #: The profile's price of the machine in USD per hour at launch, when it names one (a
+    #: machine from ``rgt up`` has its own, which wins).
+    cost_per_hour: float | None = None
     #: The interpreter on the machine.
     python: str = "python3"
 

@@ -33,6 +33,29 @@ def cost_text(inst: dict[str, Any], now: float | None = None) -> str:
     return f"${spent:.2f} so far at ${float(inst['cost_per_hour']):.2f}/h on {inst['id']}"
 
 
+def job_cost(
+    rate: float | None, elapsed: float | None, inst: dict[str, Any] | None = None
+) -> tuple[float | None, str | None]:
+    """A job's cost so far, in USD and in words: its run time at the machine's price (the
+    machine's from ``rgt up`` when there is one, else ``rate``, the profile's), with the
+    machine's own cost so far beside it. (None, None) when no price is known."""
+    machine_rate = inst.get("cost_per_hour") if inst else None
+    price = float(machine_rate or rate or 0.0)
+    if not price:
+        return None, cost_text(inst) if inst else None
+    spent = max(0.0, elapsed or 0.0) / 3600.0 * price
+    text = f"${spent:.2f} for this job ({_hours(elapsed or 0.0)} at ${price:.2f}/h)"
+    if inst:
+        text += f"; machine: {cost_text(inst)}"
+    return spent, text
+
+
+def _hours(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def gpu_utilisation(transport: Transport) -> float | None:
     """The highest GPU utilisation (percent) on the machine now; None without nvidia-smi."""
     argv = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]

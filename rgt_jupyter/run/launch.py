@@ -186,6 +186,7 @@ def prepare(
         ckpt_root=ckpt_root,
         durability=durability.record(),
         instance_id=instance_for(registry, profile.name, tgt.host_alias),
+        cost_per_hour=float(profile.cost_per_hour) if profile.cost_per_hour else None,
         python=tgt.python,
         cwd=staged.paths["code_dir"],
         code_dir=staged.paths["code_dir"],

@@ -237,6 +237,23 @@ class Registry:
                 )
         return changed
 
+    def run_seconds(self) -> dict[str, float]:
+        """How long each job ran, as recorded with its last state change (one query for every
+        job: what ``rgt jobs`` prices ended jobs by)."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT job_id, data FROM events WHERE kind='state' ORDER BY seq"
+            ).fetchall()
+        out: dict[str, float] = {}
+        for row in rows:
+            try:
+                elapsed = json.loads(row["data"]).get("elapsed")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(elapsed, int | float) and not isinstance(elapsed, bool):
+                out[row["job_id"]] = float(elapsed)
+        return out
+
     def event(self, job_id: str, kind: str, **data: Any) -> None:
         """Append an event to a job's history."""
         with self._connect() as db:
