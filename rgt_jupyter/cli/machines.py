@@ -88,10 +88,10 @@ def dispatch(args: argparse.Namespace, project: Path) -> int | None:
 
 
 def _profiles(args: argparse.Namespace, project: Path) -> int:
-    from ..backends import get_backend
-    from ..machines.profile_text import explain
-    from ..machines.profiles import available, load_profile
-    from ..store.registry import Registry
+    from ..backends import get_backend  # deferred: per command
+    from ..machines.profile_text import explain  # deferred: per command
+    from ..machines.profiles import available, load_profile  # deferred: per command
+    from ..store.registry import Registry  # deferred: per command
 
     if args.action == "list":
         profiles = [load_profile(name, project) for name in sorted(available(project))]
@@ -143,9 +143,9 @@ def _param(pair: str) -> tuple[str, Any]:
 
 
 def _up(args: argparse.Namespace, project: Path) -> int:
-    from ..machines.profiles import load_profile
-    from ..run.teardown import provider_for
-    from ..store.registry import Registry
+    from ..machines.profiles import load_profile  # deferred: per command
+    from ..run.teardown import provider_for  # deferred: per command
+    from ..store.registry import Registry  # deferred: per command
 
     prof = load_profile(args.profile, project)
     registry = Registry(project)
@@ -196,9 +196,9 @@ def _plan(prof: Any, params: dict[str, Any], project: Path) -> tuple[Any, float 
     each disk's fate at the meter-stop verb, whether the durable dir survives it), creating
     nothing; refuse a plan whose durable dir the profile's own rule refuses. Returns the
     adapter (None without an API key) and the price per hour (None when unknown)."""
-    from ..machines.durability import check, surviving_options
-    from ..machines.providers import ProviderError, provider_class
-    from ..run.teardown import provider_for
+    from ..machines.durability import check, surviving_options  # deferred: per command
+    from ..machines.providers import ProviderError, provider_class  # deferred: per command
+    from ..run.teardown import provider_for  # deferred: per command
 
     home = "~"
     durable = prof.expand(prof.durable_dir, project, home)
@@ -246,7 +246,7 @@ def _next_step(
 ) -> None:
     """The ssh config Host block for the machine (written with ``--ssh-config``, else shown),
     then the commands that come next."""
-    from ..transport.ssh.hosts import ssh_config_path
+    from ..transport.ssh.hosts import ssh_config_path  # deferred: per command
 
     alias = args.host or "ALIAS"
     block = f"Host {alias}\n  HostName {host}\n  Port {port}\n  User {user}\n"
@@ -270,7 +270,7 @@ def _next_step(
 def _add_host_block(path: Path, alias: str, block: str) -> None:
     """Append ``block`` to the SSH config at ``path`` (atomically; the file kept private),
     refusing when a ``Host`` line already names ``alias``."""
-    from ..store.fsutil import atomic_write_bytes
+    from ..store.fsutil import atomic_write_bytes  # deferred: per command
 
     text = path.read_text() if path.exists() else ""
     for line in text.splitlines():
@@ -328,9 +328,9 @@ def _up_guided(args: argparse.Namespace, prof: Any, registry: Any) -> int:
 
 
 def _down(args: argparse.Namespace, project: Path) -> int:
-    from ..api import JobGroup, find
-    from ..run.phases import phases_to
-    from ..run.teardown import compute_gate
+    from ..api import JobGroup, find  # deferred: per command
+    from ..run.phases import phases_to  # deferred: per command
+    from ..run.teardown import compute_gate  # deferred: per command
 
     found = find(args.job, project)
     # A seed group runs on one machine: the gate of its first member's is the group's.
@@ -362,7 +362,7 @@ def _down(args: argparse.Namespace, project: Path) -> int:
 
 
 def _decide_down(args: argparse.Namespace, name: str, gate: Any, project: Path, say: Any) -> int:
-    from ..run.teardown import confirm_guided, decide, settle_orphan, stop_meter
+    from ..run.teardown import confirm_guided, decide, settle_orphan, stop_meter  # deferred: run
 
     if not args.json:
         say(gate.text())
@@ -404,8 +404,8 @@ def _decide_down(args: argparse.Namespace, name: str, gate: Any, project: Path, 
 
 
 def _instances(project: Path, as_json: bool = False) -> int:
-    from ..run.billing import check_idle, describe
-    from ..store.registry import Registry
+    from ..run.billing import check_idle, describe  # deferred: per command
+    from ..store.registry import Registry  # deferred: per command
 
     rows = Registry(project).instances()
     listed = []

@@ -29,7 +29,6 @@ import logging
 import os
 import select
 import shlex
-import socket
 import stat as stat_mod
 import threading
 import time
@@ -42,7 +41,8 @@ import paramiko
 from ...errors import SSHError
 from ..base import ExecResult, FileStat, ReadStream, Transport
 from . import stream
-from .hosts import HostSpec, RefuseUnknown, fingerprint, jump_hops, resolve, ssh_config_path
+from .hops import open_socket
+from .hosts import RefuseUnknown, fingerprint, resolve, ssh_config_path
 from .liveness import HeardSocket, Liveness, handshake_timeout
 
 _log = logging.getLogger(__name__)
@@ -83,76 +83,6 @@ def transfer_method() -> str:
             f"RGT_SSH_TRANSFER={method!r}: use one of {', '.join(TRANSFER_METHODS)}",
         )
     return method
-
-
-#: The most hops a ProxyJump chain may take, counting the hops' own ProxyJump (a loop in the
-#: config ends here rather than recursing).
-MAX_HOPS = 8
-_HOPS = threading.local()
-
-
-def _jump(hops: list[str], project: Path | None) -> SSHTransport:
-    """The connection to the last of ``hops``, itself reached through the ones before it (as
-    OpenSSH's ``ProxyJump a,b``: a first, then b through a, then the target through b)."""
-    if len(hops) == 1:
-        return connect(hops[0], project)
-    key = (",".join(hops), str(project))
-    with _CONNECTIONS_LOCK:
-        if key not in _CONNECTIONS:
-            _CONNECTIONS[key] = SSHTransport(hops[-1], project, via=",".join(hops[:-1]))
-        return _CONNECTIONS[key]
-
-
-def open_socket(spec: HostSpec, project: Path | None) -> Any:
-    """A direct TCP socket, or a channel through the ProxyJump hops (``alias``,
-    ``user@host:port``, or a comma-separated chain of them)."""
-    if spec.proxy_jump:
-        depth = getattr(_HOPS, "depth", 0)
-        if depth >= MAX_HOPS:
-            raise SSHError(
-                "usage",
-                f"the ProxyJump chain to {spec.alias} takes more than {MAX_HOPS} hops: does a "
-                "hop's own ProxyJump lead back to it? Check ~/.ssh/config",
-            )
-        _HOPS.depth = depth + 1
-        try:
-            jump = _jump(jump_hops(spec.proxy_jump), project)
-            transport = jump.client().get_transport()
-        finally:
-            _HOPS.depth = depth
-        assert transport is not None
-        try:
-            return transport.open_channel(
-                "direct-tcpip",
-                (spec.hostname, spec.port),
-                ("127.0.0.1", 0),
-                timeout=handshake_timeout(),
-            )
-        except paramiko.ChannelException as exc:
-            raise SSHError(
-                "connection_refused",
-                f"{spec.proxy_jump} could not reach {spec.hostname}:{spec.port} ({exc})",
-            ) from exc
-    limit = handshake_timeout()
-    try:
-        sock = socket.create_connection((spec.hostname, spec.port), timeout=limit)
-        # Requests are small and answered one by one: never hold one back for Nagle.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
-    except ConnectionRefusedError as exc:
-        raise SSHError(
-            "connection_refused",
-            f"{spec.alias} ({spec.hostname}:{spec.port}) "
-            "refused the connection: is sshd running and the port right?",
-        ) from exc
-    except TimeoutError as exc:
-        raise SSHError(
-            "timeout",
-            f"{spec.alias} ({spec.hostname}:{spec.port}) did not answer "
-            f"within {limit:g} s: is the host up and the address right?",
-        ) from exc
-    except OSError as exc:
-        raise SSHError("transport_unavailable", f"cannot reach {spec.alias}: {exc}") from exc
 
 
 class SSHTransport(Transport):
@@ -217,7 +147,7 @@ class SSHTransport(Transport):
                 client.load_system_host_keys(str(path))
         client.set_missing_host_key_policy(RefuseUnknown(spec))
         limit = handshake_timeout()
-        sock = HeardSocket(open_socket(spec, self.project))
+        sock = HeardSocket(open_socket(spec, self.project, connect))
         started = time.monotonic()
         try:
             client.connect(
@@ -672,10 +602,11 @@ _CONNECTIONS: dict[tuple[str, str], SSHTransport] = {}
 _CONNECTIONS_LOCK = threading.Lock()
 
 
-def connect(alias: str, project: Path | None = None) -> SSHTransport:
-    """The process's one transport for ``alias`` (connected lazily, on first use)."""
-    key = (alias, str(project))
+def connect(alias: str, project: Path | None = None, via: str | None = None) -> SSHTransport:
+    """The process's one transport for ``alias`` (connected lazily, on first use); ``via``: the
+    ProxyJump hops to reach it through instead of its own (a hop of a chain)."""
+    key = (alias if via is None else f"{via},{alias}", str(project))
     with _CONNECTIONS_LOCK:
         if key not in _CONNECTIONS:
-            _CONNECTIONS[key] = SSHTransport(alias, project)
+            _CONNECTIONS[key] = SSHTransport(alias, project, via=via)
         return _CONNECTIONS[key]

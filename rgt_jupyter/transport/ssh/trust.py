@@ -32,7 +32,8 @@ import paramiko
 
 from ...errors import SSHError, UsageError
 from ...store.fsutil import atomic_write_bytes
-from . import open_socket
+from . import connect
+from .hops import open_socket
 from .hosts import HostSpec, fingerprint, load_host_keys, resolve
 from .liveness import CONNECT_TIMEOUT_S
 
@@ -40,7 +41,7 @@ from .liveness import CONNECT_TIMEOUT_S
 def fetch_host_key(alias: str, project: Path | None = None) -> tuple[HostSpec, paramiko.PKey]:
     """Run key exchange only (no authentication) and return the key the host presents."""
     spec = resolve(alias, project)
-    sock = open_socket(spec, project)
+    sock = open_socket(spec, project, connect)
     transport = paramiko.Transport(sock)
     try:
         transport.start_client(timeout=CONNECT_TIMEOUT_S)
