@@ -389,15 +389,7 @@ def resume_figures(box: SshBox, jobs: dict[str, Any], dest: Path, scale: float) 
                         cut = True
                     proxy.disarm()
                     partial = next(here.glob(".partial-*"), None)
-                    landed = (
-                        sum(
-                            p.stat().st_size
-                            for p in partial.rglob("*")
-                            if p.is_file() and not p.name.endswith(".ranges")
-                        )
-                        if partial
-                        else 0
-                    )
+                    landed = _landed(partial) if partial else 0
                     _close_connections()
                     run = job.pull(to=here)
                     verification = json.loads((run.path / "verification.json").read_text())
@@ -425,6 +417,23 @@ def resume_figures(box: SshBox, jobs: dict[str, Any], dest: Path, scale: float) 
             box.ssh_config.write_text(config)
             box.known_hosts.write_text(known)
     return out
+
+
+def _landed(partial: Path) -> int:
+    """The bytes a cut pull left confirmed: a plain part's length (its bytes are a prefix), and
+    for a part written by parallel streams (its full length from the start, with holes) the
+    ranges its record says landed."""
+    total = 0
+    for path in partial.rglob("*"):
+        if not path.is_file() or path.name.endswith(".ranges"):
+            continue
+        record = path.with_name(path.name + ".ranges")
+        if record.exists():
+            ranges = json.loads(record.read_text())["ranges"]
+            total += sum(int(done) - int(start) for start, done, _ in ranges)
+        else:
+            total += path.stat().st_size
+    return total
 
 
 def fixed_costs(box: SshBox, dest: Path, repeats: int) -> dict[str, Any]:

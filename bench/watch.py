@@ -29,7 +29,7 @@ seconds once every job writes and the watcher has read their logs from the start
     next to its idle share before any job and its watcher thread's share.
 
 Goals: at most 1 remote request a second, no new connection per poll, at most 10 iopub messages
-a second, at most 2 % of a core. Each setup also records its watcher's tick count and final
+a second, at most 1.5 % of a core. Each setup also records its watcher's tick count and final
 interval. At the end the jobs are told to stop (a file they look for), waited for, and the
 kernel is shut down. Writes ``bench/results/watch.json`` (or ``--out``).
 
@@ -65,7 +65,7 @@ GOALS = {
     "remote_requests_per_s": 1.0,
     "new_connections_per_poll": 0.0,
     "iopub_msgs_per_s": 10.0,
-    "kernel_cpu_share": 0.02,
+    "kernel_cpu_share": 0.015,
 }
 #: Transport methods counted (only the outermost call: read_text over read_bytes counts once).
 TRANSPORT_METHODS = (

@@ -23,8 +23,9 @@ import pytest
 from rgt_jupyter import submit
 from rgt_jupyter.api import Job
 from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.run.pull.ahead import LIMIT
 from rgt_jupyter.run.pull.loader import Loader, load_checkpoints
-from rgt_jupyter.run.pull.transfer import RANGED_MIN, parallel_streams
+from rgt_jupyter.run.pull.transfer import RANGED_MIN, SPLIT_MIN, parallel_streams
 from rgt_jupyter.store.hashcache import HashCache
 from rgt_jupyter.transport.ssh import SSHTransport, connect
 
@@ -53,7 +54,8 @@ def _run_job(project: Path, program: str, name: str, host: str = "testbox") -> J
 def _counted() -> Iterator[Counter[str]]:
     """How many of each transport call a block made (the engine's shape, not its speed)."""
     calls: Counter[str] = Counter()
-    saved = {n: getattr(SSHTransport, n) for n in ("exec", "exec_stream", "put", "open_read")}
+    names = ("exec", "exec_stream", "put", "open_read", "read_bytes")
+    saved = {n: getattr(SSHTransport, n) for n in names}
 
     def wrap(name: str, orig: Any) -> Any:
         def inner(self: Any, *a: Any, **k: Any) -> Any:
@@ -79,16 +81,19 @@ def _via(job: Job, alias: str) -> Job:
 
 
 def test_many_small_files_come_over_one_stream_verified(project: Path, box: Path) -> None:
-    job = _run_job(project, MANY.format(count=3000, size=900), "many")
+    job = _run_job(project, MANY.format(count=9000, size=300), "many")
     close_connections(project)
+    manifest = Path(job.spec.control_dir) / "manifest.json"
+    assert manifest.stat().st_size > LIMIT  # an end manifest longer than a record may be
     with _counted() as calls:
         run = job.pull()
     assert run.verified, run.text()
     assert _tree(run.outputs) == _tree(Path(job.spec.out_dir))
-    assert len(_tree(run.outputs)) == 3000
-    # One stream for every file, one command for the records and the listing; no file alone.
+    assert len(_tree(run.outputs)) == 9000
+    # One stream for every file, one command for the records, the manifest and the listing; no
+    # file alone, nothing read piecemeal (a round trip a piece on a far link).
     assert calls["exec_stream"] == 1 and calls["open_read"] == 0, calls
-    assert calls["exec"] <= 1, calls
+    assert calls["exec"] <= 1 and calls["read_bytes"] == 0, calls
     assert not list(run.path.rglob("*.part"))
 
 
@@ -264,7 +269,7 @@ def test_a_far_link_delays_and_caps_and_a_pull_through_it_takes_parallel_streams
 def test_many_files_split_over_parallel_streams_where_the_link_is_far(
     project: Path, box: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    count = RANGED_MIN // 900_000 + 4  # together past the size where streams are split
+    count = SPLIT_MIN // 900_000 + 4  # together past the size where streams are split
     job = _run_job(project, MANY.format(count=count, size=900_000), "spread")
     monkeypatch.setenv("RGT_PULL_STREAMS", "3")  # what a far link's round trip picks
     close_connections(project)

@@ -12,10 +12,11 @@ rest is zeros and ``status`` is 1, so the receiver discards it. Bytes go by ``se
 kernel allows it. The receiver hashes what came: the sha256 manifest judges, never this framing.
 
 ``look``: many small reads in one answer, for the start of a pull. The request on stdin is JSON
-``{"files": [path, ...], "stats": [path, ...], "limit": N, "listing": {"when": path, "argv":
-[...]}}``; the answer on stdout is JSON ``{"files": {path: base64 or null}, "stats": {path: [size,
-mtime, is_dir] or null}, "listing": stdout of argv or null}``: a file longer than ``limit`` bytes
-is left out (read the usual way), and ``argv`` (the agent's listing with its hashes) runs only
+``{"files": [path, ...], "stats": [path, ...], "limit": N, "limits": {path: N}, "listing":
+{"when": path, "argv": [...]}}``; the answer on stdout is JSON ``{"files": {path: base64 or
+null}, "stats": {path: [size, mtime, is_dir] or null}, "listing": stdout of argv or null}``: a
+file longer than its limit (``limits`` for that path, else ``limit``) is left out (read the
+usual way), and ``argv`` (the agent's listing with its hashes) runs only
 when ``when`` exists (the job ended), never while a job still writes.
 
 ``recv OBJDIR``: the reverse, for pushes into a content-addressed store. stdin holds a 4-byte
@@ -171,9 +172,11 @@ def look() -> int:
     import subprocess
 
     request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-    limit = int(request.get("limit", 1 << 20))
+    default = int(request.get("limit", 1 << 20))
+    limits = request.get("limits") or {}
     files: Dict[str, Optional[str]] = {}
     for path in request.get("files", []):
+        limit = int(limits.get(path, default))
         try:
             with open(path, "rb") as fh:
                 data = fh.read(limit + 1)

@@ -27,8 +27,12 @@ RECORDS = (
     "torch.json",
     "log",
 )
-#: Files longer than this are read the usual way.
+#: Files longer than this are read the usual way...
 LIMIT = 1 << 20
+#: ...but the agent's end manifest, which lists every file the job left (a large one for a job
+#: of many files, read piecemeal a round trip at a time otherwise), up to the size a listing
+#: may have.
+MANIFEST_LIMIT = 128 << 20
 
 
 @dataclass
@@ -52,6 +56,7 @@ def read_ahead(transport: Transport, spec: JobSpec, listing_argv: list[str]) -> 
         "stats": [f"{control}/progress.jsonl", f"{control}/log"]
         + ([spec.ckpt_dir] if spec.ckpt_dir else []),
         "limit": LIMIT,
+        "limits": {f"{control}/manifest.json": MANIFEST_LIMIT},
         "listing": {"when": f"{control}/exit.json", "argv": listing_argv},
     }
     done = transport.exec(

@@ -140,6 +140,9 @@ def _file_progress(
 
 #: Files from this size on may travel over several parallel streams (:mod:`.ranges`).
 RANGED_MIN = 64 << 20
+#: Small files that come to this much together are split over the parallel streams a far link
+#: takes (one stream there is held to its window per round trip, however small its frames).
+SPLIT_MIN = 8 << 20
 
 
 def parallel_streams(transport: Transport) -> int:
@@ -270,8 +273,8 @@ def _move(
     partial: Path,
 ) -> None:
     """Bring ``todo`` (see :func:`transfer`), handing each file to ``land`` or ``vanished``."""
-    # The link's round trip is asked only where parallel streams could pay (64 MiB or more).
-    worth = any(w.size >= RANGED_MIN for w in todo) or sum(w.size for w in todo) >= RANGED_MIN
+    # The link's round trip is asked only where parallel streams could pay.
+    worth = sum(w.size for w in todo) >= SPLIT_MIN
     streams = parallel_streams(transport) if transport.bulk and worth else 1
     # A part that parallel streams began is resumed by them, whatever the link is now.
     ranged = [
@@ -296,7 +299,7 @@ def _move(
                 else:
                     land(fetched.want, fetched.sha256, fetched.size, fetched.sent)
 
-            many = sum(w.size - w.have for w in batch) >= RANGED_MIN
+            many = sum(w.size - w.have for w in batch) >= SPLIT_MIN
             groups = split(batch, streams if many else 1)
             fetch_groups(transport, spec.python, groups, handle, moving)
             single = []
