@@ -216,7 +216,8 @@ def _plan(prof: Any, params: dict[str, Any], project: Path) -> tuple[Any, float 
         provider = provider_for(prof)
     except UsageError as exc:
         why_no_quote = str(exc)
-    body = (provider or provider_class(prof.provider).planner()).request(params)
+    adapter = provider or provider_class(prof.provider).planner()
+    body = adapter.request(params)
     quote: float | None = None
     if provider is not None:
         try:
@@ -232,7 +233,7 @@ def _plan(prof: Any, params: dict[str, Any], project: Path) -> tuple[Any, float 
         price, whose = None, why_no_quote or "the platform's API gives none before create"
     ms = prof.meter_stop
     print(f"Plan for {prof.name} on {prof.platform or prof.provider}:")
-    for what, value in provider_class(prof.provider).planner().plan_fields(body):
+    for what, value in adapter.plan_fields(body):
         print(f"  {what:15} {value}")
     shown = f"${price:.2f}/h" if price is not None else "unknown"
     print(f"  {'price':15} {shown} ({whose})")
@@ -305,7 +306,7 @@ def _up_guided(args: argparse.Namespace, prof: Any, registry: Any) -> int:
         elif argv[i] == "-i" and i + 1 < len(argv):
             key, i = argv[i + 1], i + 2
         elif argv[i].startswith("-"):
-            i += 2 if argv[i] in ("-i", "-l", "-o") else 1
+            i += 2 if argv[i] in ("-l", "-o") else 1
         else:
             target, i = argv[i], i + 1
     match = _SSH_RE.match(target)

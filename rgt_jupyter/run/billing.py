@@ -38,7 +38,8 @@ def job_cost(
 ) -> tuple[float | None, str | None]:
     """A job's cost so far, in USD and in words: its run time at the machine's price (the
     machine's from ``rgt up`` when there is one, else ``rate``, the profile's), with the
-    machine's own cost so far beside it. (None, None) when no price is known."""
+    machine's own cost so far beside it. Without a price: no amount, and the machine's own
+    line (which says its cost is unknown) when there is a machine."""
     machine_rate = inst.get("cost_per_hour") if inst else None
     price = float(machine_rate or rate or 0.0)
     if not price:

@@ -303,6 +303,16 @@ class Provider(abc.ABC):
                 f"its status (wait_down) to confirm, or check {self.console_url}."
             ) from exc
 
+    def created(self, answer: Any, platform: str, noun: str, name: str) -> dict[str, Any]:
+        """The created object of a create call's ``answer``; an answer without an id is said as
+        such, with where to look before creating another (it may exist and bill)."""
+        if not isinstance(answer, dict) or not answer.get("id"):
+            raise ProviderError(
+                f"{platform} accepted the create but returned no {noun} id; look for {noun} "
+                f"{name!r} on {self.console_url} before creating another."
+            )
+        return answer
+
     def require(self, params: dict[str, Any], *names: str) -> None:
         """Raise a clear :class:`ProviderError` when a required create field is missing."""
         missing = [n for n in names if params.get(n) in (None, "", [], {})]

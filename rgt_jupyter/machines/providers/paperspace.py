@@ -41,12 +41,7 @@ class Paperspace(Provider):
         answer = self.create_call("POST", "/machines", body, f"machine {body['name']!r}")
         data = answer.data if isinstance(answer.data, dict) else {}
         machine = data.get("data", data)
-        if not isinstance(machine, dict) or not machine.get("id"):
-            raise ProviderError(
-                f"Paperspace accepted the create but returned no machine id; look for "
-                f"{body['name']!r} on {self.console_url} before creating another."
-            )
-        return self._instance(machine)
+        return self._instance(self.created(machine, "Paperspace", "machine", body["name"]))
 
     def request(self, params: dict[str, Any]) -> dict[str, Any]:
         """The create request :meth:`up` sends."""

@@ -114,12 +114,7 @@ class RunPod(Provider):
         """
         body = self.request(params)
         pod = self.create_call("POST", "/pods", body, f"pod {body['name']!r}").data
-        if not isinstance(pod, dict) or not pod.get("id"):
-            raise ProviderError(
-                f"RunPod accepted the create but returned no pod id; look for pod "
-                f"{body['name']!r} on {self.console_url} before creating another."
-            )
-        return self._instance(pod)
+        return self._instance(self.created(pod, "RunPod", "pod", body["name"]))
 
     def request(self, params: dict[str, Any]) -> dict[str, Any]:
         """The v2 ``CreatePodRequest`` :meth:`up` sends (see there for the fields)."""
