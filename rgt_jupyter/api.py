@@ -20,6 +20,7 @@ from typing import Any, overload
 from .backends import Backend, get_backend
 from .errors import JobNotFound, RemoteTraceback, TransportError, UsageError
 from .jobs.lookup import group_rows
+from .jobs.records import read_json
 from .jobs.request import LaunchRequest, make_request
 from .jobs.snapshot import TERMINAL, Snapshot, as_launched
 from .jobs.spec import JobSpec
@@ -123,6 +124,10 @@ class Job:
             else None
         )
         snap.cost = job_cost(self.spec.cost_per_hour, snap.elapsed, inst)[1]
+        if self.spec.bucket:
+            url = self.spec.bucket.get("lineage_url", "")
+            found = read_json(via or self.transport, f"{self.spec.control_dir}/bucket.json")
+            snap.bucket = found or {"url": url, "durable_step": None}
         if self._last is None or self._last.state != snap.state:
             Registry(self.project).set_state(
                 self.id, snap.state, exit_code=snap.exit_code, elapsed=snap.elapsed

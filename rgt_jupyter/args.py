@@ -139,6 +139,15 @@ RUN_ARGS: list[Spec] = [
         },
     ),
     (
+        ("--bucket",),
+        {
+            "default": None,
+            "metavar": "S3_URL",
+            "help": "also upload each checkpoint to this S3-compatible bucket prefix "
+            "(s3://BUCKET/PREFIX; endpoint and credentials from the profile's [bucket])",
+        },
+    ),
+    (
         ("--allow-ephemeral-ckpt",),
         {
             "action": "store_true",

@@ -37,6 +37,6 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 python -m pip install -q "torch==2.13.0" numpy 2>&1 | grep -v "^WARNING: Location" || true
 python -c "import torch" || { echo "torch did not install" >&2; exit 1; }
 python -m pip install -q -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
-python -c "import rgt_jupyter, nbclient, ipykernel, matplotlib, pytest, jupyterlab, playwright, transformers, accelerate, lightning, safetensors, tensorboard" \
+python -c "import rgt_jupyter, nbclient, ipykernel, matplotlib, pytest, jupyterlab, playwright, transformers, accelerate, lightning, safetensors, tensorboard, boto3, moto.server" \
   || { echo "setup incomplete: a dependency failed to install" >&2; exit 1; }
 echo "rgt-jupyter is set up in .venv"

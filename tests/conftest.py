@@ -18,6 +18,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from rgt_jupyter import submit
 from rgt_jupyter.api import Job
 
+from .s3server import bucket, s3_server  # noqa: F401 - a real S3 API server (moto) and a bucket
 from .slurm_cluster import slurm  # noqa: F401 - a session fixture: the real one-node Slurm cluster
 from .sshbox import box  # noqa: F401 - an ssh_config alias and a profile on the real sshd
 from .sshd import sshd  # noqa: F401 - a session fixture: the real OpenSSH server

@@ -44,6 +44,8 @@ class LaunchRequest:
     secrets: list[str] = field(default_factory=list)
     #: Root of the checkpoint dir on the machine (default: the profile's durable_dir).
     ckpt_dir: str | None = None
+    #: ``--bucket``: an S3 URL for the checkpoints (else the profile's ``[bucket]``).
+    bucket: str | None = None
     #: Launch although the checkpoint dir does not survive the meter-stop verb (recorded).
     allow_ephemeral_ckpt: bool = False
     #: Resume with another job's program, pushed files and inputs, byte-identical (its spec).

@@ -59,6 +59,9 @@ class Snapshot:
     failure: str | None = None
     #: The agent's heartbeat is older than a few of its intervals while the job runs.
     heartbeat_stale: bool = False
+    #: Where the job's checkpoints stand in its bucket (``bucket.json``: ``url``,
+    #: ``durable_step``, ``uploading``, ``error``), for a job with one.
+    bucket: dict[str, Any] | None = None
 
     @property
     def display_state(self) -> str:

@@ -128,6 +128,9 @@ class JobSpec:
     ckpt_dir: str = ""
     #: ``--ckpt-dir``: the root the checkpoint dir was placed under, when not the profile's.
     ckpt_root: str | None = None
+    #: The bucket the checkpoints are also uploaded to (``url``, ``endpoint``, ``credentials``
+    #: by name, ``region``, and ``lineage_url``: this lineage's prefix), when there is one.
+    bucket: dict[str, Any] | None = None
     #: The job's working directory (its code dir).
     cwd: str = ""
     #: Where the program and the pushed files lie.

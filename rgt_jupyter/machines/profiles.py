@@ -26,6 +26,7 @@ from .platforms import PLATFORMS
 from .profile_dirs import profile_files
 
 _TRANSPORTS = ("local", "ssh", "kubernetes")
+_AUTOSTOP = ("", "after-verified-pull")
 _KINDS = ("workstation", "ssh", "ssh-rental", "cloud-api", "slurm", "kubernetes", "notebook")
 _EFFECTS = ("none", "stop", "destroy")
 _PROVIDERS = ("", *PLATFORMS)
@@ -121,6 +122,12 @@ class Profile:
     up: dict[str, Any] = field(default_factory=dict)
     sbatch: dict[str, Any] = field(default_factory=dict)
     kubernetes: dict[str, Any] = field(default_factory=dict)
+    #: Checkpoints also in an S3-compatible bucket (``url``, ``endpoint``, ``credentials`` by
+    #: name, ``region``): see :mod:`rgt_jupyter.transport.bucket`.
+    bucket: dict[str, Any] = field(default_factory=dict)
+    #: ``after-verified-pull``: ``rgt autostop`` stops the meter once every job of the machine
+    #: ended and was pulled and verified, the gate passing (a standing approval).
+    autostop: str = ""
     source: str = ""
     extends: str = ""
 
@@ -216,6 +223,8 @@ _TOP: _Spec = {
     "up": ("table", False),
     "sbatch": ("table", False),
     "kubernetes": ("table", False),
+    "bucket": ("table", False),
+    "autostop": ("str", False),
 }
 _SUB: dict[str, _Spec] = {
     "meter_stop": {
@@ -285,6 +294,12 @@ _SUB: dict[str, _Spec] = {
         "service_account": ("str", False),
         "cpu": ("str", False),
         "memory": ("str", False),
+    },
+    "bucket": {
+        "url": ("str", True),
+        "endpoint": ("str", False),
+        "credentials": ("str", False),
+        "region": ("str", False),
     },
     "guided": {
         "up": ("str", True),
@@ -464,6 +479,15 @@ def _check_values(data: dict[str, Any], src: _Source) -> None:
         missing = [k for k in _REQUIRED_FACTS if k not in data.get("facts", {})]
         if missing:
             raise ProfileError(src.error(f"missing platform fact(s) {', '.join(missing)}", "facts"))
+    if data.get("autostop", "") not in _AUTOSTOP:
+        raise ProfileError(
+            src.error(f"{data['autostop']!r} is not one of {_AUTOSTOP}", key="autostop")
+        )
+    url = data.get("bucket", {}).get("url")
+    if url is not None and not re.fullmatch(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?", url):
+        raise ProfileError(
+            src.error(f"{url!r} is not a bucket URL like s3://BUCKET/PREFIX", "bucket", None, "url")
+        )
     if data.get("provider") and not (data.get("api_key_env") or data.get("api_key_file")):
         raise ProfileError(
             src.error("a provider needs api_key_env or api_key_file", key="provider")
@@ -516,6 +540,7 @@ def _build(data: dict[str, Any], source: str) -> Profile:
         up=dict(data.get("up", {})),
         sbatch=dict(data.get("sbatch", {})),
         kubernetes=dict(data.get("kubernetes", {})),
+        bucket=dict(data.get("bucket", {})),
         source=source,
     )
 

@@ -6,7 +6,8 @@ used when the job has them.
 
 Environment the job sees: ``RGT_JOB_ID``, ``RGT_OUT`` (outputs, all of it is pulled),
 ``RGT_CKPT_DIR`` (durable checkpoints), ``RGT_SMOKE=1`` during the CPU smoke, ``RGT_RESUME=1``
-when relaunched after an interruption.
+when relaunched after an interruption, ``RGT_BUCKET`` when the checkpoints also go to an
+S3-compatible bucket (uploaded by boto3 where the job's Python has it; see :func:`bucket_status`).
 
 Checkpoints are written atomically (temporary file, fsync, a ``.sha256`` record, rename, fsync of
 the directory); the last ``keep`` are kept. :func:`load_latest` returns the newest checkpoint
@@ -22,6 +23,7 @@ import calendar
 import datetime
 import errno
 import hashlib
+import importlib
 import importlib.util
 import json
 import os
@@ -54,6 +56,8 @@ __all__ = [
     "checkpoint_complete",
     "rng_state",
     "restore_rng",
+    "bucket_status",
+    "wait_for_uploads",
 ]
 
 _CKPT_RE = re.compile(r"^ckpt-(\d{10})\.(pt|json)$")
@@ -938,6 +942,8 @@ def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> str:
         if cause is None:
             raise
         raise _not_saved(name, int(step), directory, cause, free) from exc
+    if _BUCKET_URL and not is_smoke():
+        _uploads().submit(path, name, sha, int(step), keep)
     for _, old in _list_ckpts(directory)[:-keep]:
         for victim in (old, old + ".sha256"):
             try:
@@ -984,11 +990,17 @@ def _load_file(path: str) -> dict[str, Any]:
 def load_latest() -> dict[str, Any] | None:
     """Return the newest complete checkpoint in ``$RGT_CKPT_DIR`` (or None) and restore its RNG.
 
+    With a bucket (``RGT_BUCKET``), a complete checkpoint there that is newer than every one on
+    this machine's disk (a new machine has none) is downloaded first, its bytes checked against
+    its record.
+
     A checkpoint counts only when its bytes match the sha256 record written with it and it loads
     with ``weights_only=True``; others are skipped with a note on stderr. The returned dict is the
     state that was saved, with ``step`` set when the state did not carry one.
     """
     directory = ckpt_dir()
+    if _BUCKET_URL and not is_smoke():
+        _restore_from_bucket(directory)
     for step, name in reversed(_list_ckpts(directory)):
         path = os.path.join(directory, name)
         if not _record_matches(path):
@@ -1005,6 +1017,254 @@ def load_latest() -> dict[str, Any] | None:
         sys.stderr.write("[rgt] loaded %s (step %d)\n" % (name, step))
         return payload
     return None
+
+
+# ----------------------------------------------------------------------------- object storage
+#
+# With RGT_BUCKET set, every checkpoint save_checkpoint makes durable here is then uploaded by
+# one background thread (the newest waiting one; an older one not yet started is skipped): the
+# object with its sha256 in its metadata, checked by a HEAD (size and sha256), and only then
+# its ``.sha256`` record. A checkpoint in the bucket counts only with its record, so an upload
+# cut short (a preemption, a kill) never leaves a newer checkpoint that is trusted. The state
+# is in ``bucket.json`` of the control dir (the view shows it) and in the job's log.
+
+_BUCKET_URL = os.environ.get("RGT_BUCKET", "")
+_BUCKET_STATUS = "bucket.json"
+_uploader = None  # type: Optional[_Uploads]
+
+
+def _bucket_parts() -> Tuple[str, str]:
+    rest = _BUCKET_URL[len("s3://") :].split("/", 1)
+    return rest[0], (rest[1].strip("/") + "/") if len(rest) > 1 and rest[1].strip("/") else ""
+
+
+def _bucket_client() -> Any:
+    """boto3's S3 client for ``RGT_BUCKET``, with the credentials passed as the job's secrets."""
+    boto3 = _maybe_import("boto3")
+    if boto3 is None:
+        raise RuntimeError("boto3 is not installed in this job's Python (pip install boto3 there)")
+    kw = {
+        "region_name": os.environ.get("RGT_BUCKET_REGION") or "us-east-1",
+        "aws_access_key_id": secret("RGT_BUCKET_KEY_ID"),
+        "aws_secret_access_key": secret("RGT_BUCKET_SECRET_KEY"),
+    }  # type: Dict[str, Any]
+    try:
+        kw["aws_session_token"] = secret("RGT_BUCKET_TOKEN")
+    except KeyError:
+        pass
+    if os.environ.get("RGT_BUCKET_ENDPOINT"):
+        kw["endpoint_url"] = os.environ["RGT_BUCKET_ENDPOINT"]
+    return boto3.client("s3", **kw)
+
+
+def _s3_code(exc: BaseException) -> str:
+    """The S3 error code of ``exc`` or of what it wraps (boto3's upload wraps the ClientError)."""
+    seen = exc  # type: Optional[BaseException]
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict) and response.get("Error", {}).get("Code"):
+            return str(response["Error"]["Code"])
+        seen = seen.__cause__ or seen.__context__
+    m = re.search(r"An error occurred \((\w+)\)", str(exc))
+    return m.group(1) if m else ""
+
+
+class _Uploads:
+    """The background uploads of one job's checkpoints to its bucket."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.pending = None  # type: Optional[Tuple[str, str, str, int, int]]
+        self.busy = False
+        self.client = None  # type: Any
+        self.state = {
+            "url": _BUCKET_URL,
+            "durable_step": None,
+            "durable_name": None,
+            "uploading": None,
+            "error": None,
+            "at": time.time(),
+        }  # type: Dict[str, Any]
+        self.thread = threading.Thread(target=self._run, name="rgt-bucket", daemon=True)
+        self.thread.start()
+
+    def submit(self, path: str, name: str, sha: str, step: int, keep: int) -> None:
+        with self.cond:
+            self.pending = (path, name, sha, step, keep)
+            self.cond.notify_all()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait until nothing is waiting or uploading; False when ``timeout`` ran out first."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            while self.pending is not None or self.busy:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self.cond.wait(left if left is not None else 1.0)
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while self.pending is None:
+                    self.cond.wait()
+                item, self.pending, self.busy = self.pending, None, True
+            try:
+                self._upload(*item)
+            finally:
+                with self.cond:
+                    self.busy = False
+                    self.cond.notify_all()
+
+    def _say(self, **fields: Any) -> None:
+        self.state.update(fields, at=time.time())
+        control = _control_dir()
+        if control is not None:
+            try:
+                _write_json_atomic(os.path.join(control, _BUCKET_STATUS), self.state)
+            except OSError as exc:
+                sys.stderr.write("[rgt] could not write %s: %s\n" % (_BUCKET_STATUS, exc))
+
+    def _upload(self, path: str, name: str, sha: str, step: int, keep: int) -> None:
+        bucket, prefix = _bucket_parts()
+        key = prefix + name
+        self._say(uploading=name)
+        try:
+            if self.client is None:
+                self.client = _bucket_client()
+            size = os.path.getsize(path)
+            # One thread: boto3's transfer threads are refused once the interpreter begins to
+            # exit, which is when a job's last checkpoint is still uploading.
+            transfer = importlib.import_module("boto3.s3.transfer")
+            self.client.upload_file(
+                path,
+                bucket,
+                key,
+                ExtraArgs={"Metadata": {"sha256": sha}},
+                Config=transfer.TransferConfig(use_threads=False),
+            )
+            head = self.client.head_object(Bucket=bucket, Key=key)
+            stated = head.get("Metadata", {}).get("sha256")
+            if int(head["ContentLength"]) != size or stated != sha:
+                raise RuntimeError(
+                    "the bucket holds %d bytes with sha256 %s, not the %d bytes uploaded"
+                    % (int(head["ContentLength"]), stated, size)
+                )
+            record = ("%s  %s\n" % (sha, name)).encode()
+            self.client.put_object(Bucket=bucket, Key=key + ".sha256", Body=record)
+        except FileNotFoundError:
+            self._say(uploading=None)  # pruned here before its turn: a newer one is coming
+            return
+        except Exception as exc:  # noqa: BLE001 - told to the job and shown, never raised
+            code = _s3_code(exc)
+            why = "the bucket refuses writes (%s)" % code if code == "AccessDenied" else str(exc)
+            sys.stderr.write(
+                "[rgt] checkpoint %s (step %d) was NOT uploaded to %s: %s. It is on this "
+                "machine's disk only, which does not outlive the machine.\n"
+                % (name, step, _BUCKET_URL, why)
+            )
+            self._say(uploading=None, error="%s: %s" % (name, why), error_step=step)
+            return
+        self._say(uploading=None, durable_step=step, durable_name=name, error=None)
+        sys.stderr.write("[rgt] checkpoint %s is durable in %s\n" % (name, _BUCKET_URL))
+        self._prune(bucket, prefix, keep)
+
+    def _prune(self, bucket: str, prefix: str, keep: int) -> None:
+        """Remove all but the newest ``keep`` complete checkpoints: each record before its
+        object, so what is left is never a record without its object."""
+        try:
+            listed = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix)
+            keys = {o["Key"] for o in listed.get("Contents", [])}
+            steps = sorted(
+                (int(m.group(1)), k)
+                for k in keys
+                for m in [_CKPT_RE.match(k[len(prefix) :])]
+                if m and k + ".sha256" in keys
+            )
+            for _, key in steps[:-keep]:
+                self.client.delete_object(Bucket=bucket, Key=key + ".sha256")
+                self.client.delete_object(Bucket=bucket, Key=key)
+        except Exception as exc:  # noqa: BLE001 - an older checkpoint left behind costs space only
+            sys.stderr.write(
+                "[rgt] older checkpoints in %s were not pruned: %s\n" % (_BUCKET_URL, exc)
+            )
+
+
+def _uploads() -> _Uploads:
+    global _uploader
+    with _lock:
+        if _uploader is None:
+            _uploader = _Uploads()
+            atexit.register(_uploader.wait)
+        return _uploader
+
+
+def bucket_status() -> Optional[Dict[str, Any]]:
+    """Where this job's checkpoints stand in its bucket (None without one): ``durable_step``,
+    the newest checkpoint uploaded and checked; ``uploading``; ``error``, why the last upload
+    failed (it is then on this machine's disk only)."""
+    if not _BUCKET_URL:
+        return None
+    return dict(_uploads().state)
+
+
+def wait_for_uploads(timeout: Optional[float] = None) -> bool:
+    """Wait until the checkpoints saved so far were uploaded (or failed, and said so); the
+    job's exit waits for this too."""
+    return True if _uploader is None else _uploader.wait(timeout)
+
+
+def _restore_from_bucket(directory: str) -> None:
+    """Download the newest complete checkpoint in the bucket that is newer than every one on
+    this disk (record before the object's name, as a save does); say so on stderr."""
+    local = [
+        step for step, name in _list_ckpts(directory) if _recorded(os.path.join(directory, name))
+    ]
+    newest_here = max(local) if local else -1
+    bucket, prefix = _bucket_parts()
+    try:
+        client = _bucket_client()
+        listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix)
+        keys = {o["Key"] for o in listed.get("Contents", [])}
+    except Exception as exc:  # noqa: BLE001 - said, and the disk's checkpoints still count
+        sys.stderr.write("[rgt] could not list %s: %s\n" % (_BUCKET_URL, exc))
+        return
+    found = []
+    for key in keys:
+        m = _CKPT_RE.match(key[len(prefix) :])
+        if m and int(m.group(1)) > newest_here:
+            found.append((int(m.group(1)), key))
+    for step, key in sorted(found, reverse=True):
+        name = key[len(prefix) :]
+        if key + ".sha256" not in keys:
+            sys.stderr.write(
+                "[rgt] skipping %s in the bucket: no record (an upload cut short)\n" % name
+            )
+            continue
+        path = os.path.join(directory, name)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, ".%s.tmp-%d" % (name, os.getpid()))
+        try:
+            record = client.get_object(Bucket=bucket, Key=key + ".sha256")["Body"].read()
+            want = record.decode().split()[0] if record.split() else ""
+            client.download_file(bucket, key, tmp)
+            if _sha256_file(tmp) != want:
+                sys.stderr.write(
+                    "[rgt] skipping %s in the bucket: bytes do not match its record\n" % name
+                )
+                continue
+            _atomic_write(path + ".sha256", lambda fh, data=record: fh.write(data))
+            os.replace(tmp, path)
+            _fsync_dir(directory)
+        except Exception as exc:  # noqa: BLE001 - said; an older one (or the disk's) is tried
+            sys.stderr.write("[rgt] could not restore %s from the bucket: %s\n" % (name, exc))
+            continue
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        sys.stderr.write("[rgt] restored %s (step %d) from %s\n" % (name, step, _BUCKET_URL))
+        return
 
 
 # ----------------------------------------------------------------------------- other writers' checkpoints

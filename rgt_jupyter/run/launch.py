@@ -30,6 +30,10 @@ from ..store.locks import held, lock_path
 from ..store.names import check_job_name
 from ..store.registry import Registry
 from ..transport import Transport, get_transport
+from ..transport.bucket import SECRET_NAMES as BUCKET_SECRETS
+from ..transport.bucket import BucketConfig, config_of
+from ..transport.bucket import check as check_bucket
+from ..transport.bucket import credentials as bucket_credentials
 from .audit import audit_cache, audit_host
 from .phases import phase
 from .secrets import drop_leftover_secrets
@@ -117,7 +121,8 @@ def prepare(
     reuse = req.reuse_code_of
     pushed = push_entries(req.push) if reuse is None else []
     inputs = serialize_inputs(req.inputs) if reuse is None else {}
-    secret_values = read_secrets(req.secrets)
+    # A resume names its bucket's credentials among its secrets: they are read afresh below.
+    secret_values = read_secrets([n for n in req.secrets if n not in BUCKET_SECRETS])
 
     previous = _previous(registry, transport, name)
     prev_spec = JobSpec.from_row(previous) if previous is not None else None
@@ -135,6 +140,22 @@ def prepare(
         raise UsageError(f"--ckpt-dir {ckpt_root!r}: give an absolute path on the machine")
     ckpt_dir = f"{ckpt_root}/{name}/{lineage}/ckpt" if ckpt_root else f"{durable}/ckpt"
     durability = check_durability(profile, ckpt_dir, project, home)
+    bucket = bucket_for(profile, req, prev_spec if resume else None)
+    bucket_record: dict[str, Any] | None = None
+    if bucket is not None:
+        with phase(f"checking the bucket {bucket.url} with its credentials"):
+            check_bucket(bucket)
+        secret_values.update(bucket_credentials(bucket))
+        url = bucket.lineage_url(name, lineage)
+        bucket_record = {**bucket.as_dict(), "lineage_url": url}
+        env.update(bucket_env(bucket, url))
+        if not durability.ok:  # the bucket is the tier that outlives the machine
+            durability = replace(
+                durability,
+                ok=True,
+                reason=f"{durability.reason}; each checkpoint is also uploaded to {url}, "
+                "which outlives the machine (it counts once its upload is verified)",
+            )
     allow = req.allow_ephemeral_ckpt or bool(
         resume and prev_spec and prev_spec.durability.get("overridden")
     )
@@ -185,6 +206,7 @@ def prepare(
         ckpt_dir=ckpt_dir,
         ckpt_root=ckpt_root,
         durability=durability.record(),
+        bucket=bucket_record,
         instance_id=instance_for(registry, profile.name, tgt.host_alias),
         cost_per_hour=float(profile.cost_per_hour) if profile.cost_per_hour else None,
         python=tgt.python,
@@ -387,6 +409,31 @@ def launch(req: LaunchRequest, project: Path) -> dict[str, Any]:
         register(tgt, [prepared])
     bundle = bundle_of(tgt, prepared, req)
     return submit_prepared(tgt, [prepared], bundle, prepared.spec.control_dir)[0]
+
+
+def bucket_for(
+    profile: Profile, req: LaunchRequest, prev: JobSpec | None = None
+) -> BucketConfig | None:
+    """The bucket a job's checkpoints also go to: ``--bucket``, else a resumed lineage's own
+    (its checkpoints are there), else the profile's ``[bucket]``; None without one. A resumed
+    lineage's bucket is reached as the profile now says when it names the same URL (an endpoint
+    or credentials the user fixed since), else as it was recorded."""
+    if req.bucket:
+        return config_of(profile.bucket, req.bucket)
+    if prev is not None and prev.bucket:
+        same = profile.bucket.get("url") == prev.bucket.get("url")
+        return config_of(profile.bucket if same else prev.bucket)
+    return config_of(profile.bucket)
+
+
+def bucket_env(bucket: BucketConfig, lineage_url: str) -> dict[str, str]:
+    """What the job is told of its bucket (the credentials go as secrets, never here)."""
+    env = {"RGT_BUCKET": lineage_url}
+    if bucket.endpoint:
+        env["RGT_BUCKET_ENDPOINT"] = bucket.endpoint
+    if bucket.region:
+        env["RGT_BUCKET_REGION"] = bucket.region
+    return env
 
 
 def instance_for(registry: Registry, profile: str, host_alias: str | None) -> str | None:

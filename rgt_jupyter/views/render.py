@@ -223,6 +223,24 @@ def _heartbeat(snap: Snapshot) -> str:
     return f"heartbeat: {age}" + (" (stale)" if snap.heartbeat_stale else "")
 
 
+def bucket_text(status: dict[str, Any] | None) -> str:
+    """Where a job's checkpoints stand in its bucket, in words ("" for a job without one)."""
+    if not status:
+        return ""
+    url = status.get("url", "")
+    step, error = status.get("durable_step"), status.get("error")
+    newest = f"step {step} durable in the bucket {url}" if step is not None else ""
+    if error:
+        text = f"NOT durable in the bucket {url}: {error}"
+        return text + (
+            f"; the newest durable there is {newest.split(' durable')[0]}" if newest else ""
+        )
+    text = newest or f"none in the bucket {url} yet"
+    if status.get("uploading"):
+        text += f"; uploading {status['uploading']}"
+    return text
+
+
 def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None, rate: str = "") -> str:
     """A compact plain-text status block (``rate``: :func:`rate_text`)."""
     head = f"{snap.job_id} [{snap.display_state}] on {snap.host}"
@@ -248,6 +266,8 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None, rate
         lines.append("  machine: " + "; ".join(snap.audit))
     if snap.cost:
         lines.append(f"  cost: {snap.cost}")
+    if bucket_text(snap.bucket):
+        lines.append(f"  checkpoints: {bucket_text(snap.bucket)}")
     log = log_before_traceback(snap.log_tail) if traceback_lines else snap.log_tail
     if log:
         lines.append("  log:")
@@ -332,6 +352,11 @@ def snapshot_html(
         details.append(used)
     if snap.cost:  # what the machine costs stays in view
         rows.append(f"<div class='rgt-cost'>cost: {e(snap.cost)}</div>")
+    if bucket_text(snap.bucket):  # whether the checkpoints outlive the machine, too
+        warn = " rgt-warn" if (snap.bucket or {}).get("error") else ""
+        rows.append(
+            f"<div class='rgt-bucket{warn}'>checkpoints: {e(bucket_text(snap.bucket))}</div>"
+        )
     if snap.watcher:
         details.append(snap.watcher)
     if snap.audit:

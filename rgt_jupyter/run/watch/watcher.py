@@ -411,6 +411,7 @@ class Watcher:
                 ("exit.json", "exit"),
                 ("heartbeat.json", "heartbeat"),
                 ("resources.json", "resources"),
+                ("bucket.json", "bucket"),
                 ("error.json", "error"),
             )
         }
@@ -473,7 +474,14 @@ class Watcher:
             if sub.on_lines is not None:
                 changed |= self._give_lines(f, sub)
             fingerprint = repr(
-                (snap.display_state, snap.progress, snap.log_tail, snap.diagnosis, snap.resources)
+                (
+                    snap.display_state,
+                    snap.progress,
+                    snap.log_tail,
+                    snap.diagnosis,
+                    snap.resources,
+                    snap.bucket,
+                )
             )
             new = fingerprint != sub.fingerprint
             if new and (
