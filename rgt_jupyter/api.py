@@ -282,6 +282,25 @@ class Job:
         )
         return Job(launch(req, self.project), self.project)
 
+    def resume_on_new_machine(
+        self,
+        confirm: Callable[[str], bool],
+        alias: str | None = None,
+        boot_timeout_s: float = 600.0,
+        interval_s: float = 5.0,
+    ) -> Job:
+        """Continue this job on a new machine when the platform reports its rented one gone
+        (never when it merely does not answer): a replacement from the same plan, its Host
+        block written (``alias``, default ``OLD-2``), its host key trusted if ``confirm(text)``
+        says so, the code sent again as it ran, and the job relaunched from the newest complete
+        checkpoint in its bucket. See :mod:`rgt_jupyter.run.replace`."""
+        from .run.replace import resume_on_new_machine  # deferred: paramiko, for this call
+
+        row = resume_on_new_machine(
+            self.spec, self.project, confirm, alias, boot_timeout_s, interval_s
+        )
+        return Job(row, self.project)
+
     def pull(
         self,
         to: str | os.PathLike[str] | None = None,

@@ -285,6 +285,27 @@ RESUME_ARGS: list[Spec] = [
             "help": "relaunch even a job that failed with a bug in its code (it runs the same code)",
         },
     ),
+    (
+        ("--new-machine",),
+        {
+            "action": "store_true",
+            "help": "its rented machine is gone (the platform says so): create a replacement "
+            "from the same plan and continue there from the bucket's newest checkpoint",
+        },
+    ),
+    (
+        ("--host",),
+        {"default": None, "metavar": "ALIAS", "help": "with --new-machine: its Host alias"},
+    ),
+    (
+        ("--boot-timeout",),
+        {
+            "type": float,
+            "default": 600.0,
+            "metavar": "S",
+            "help": "with --new-machine: how long the replacement may take to boot (default 600)",
+        },
+    ),
 ]
 
 

@@ -146,7 +146,14 @@ class RunPodFake(FakeCloud):
 
     prefix: str = "/v2"
     hang_create: float = 0.0
+    #: The SSH endpoints (host, port) the pods created get, in order (a test's loopback sshd
+    #: boxes); beyond them, the documented example address.
+    boxes: list[tuple[str, int]] = field(default_factory=list)
+    #: Pods (by creation order, from 1) that never get past STARTING: a machine that fails to boot.
+    never_boot: set[int] = field(default_factory=set)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Each pod's place in the order of creation (from 1).
+    order: dict[str, int] = field(default_factory=dict)
     #: USD per hour of each pod while it runs (a pod's ``cost`` is 0.0 while EXITED).
     rates: dict[str, float] = field(default_factory=dict)
     volumes: dict[str, dict[str, Any]] = field(
@@ -207,10 +214,16 @@ class RunPodFake(FakeCloud):
             return Reply(204) if gone else self.not_found("network volume")
         return self.not_found(path)
 
+    def preempt(self, pod_id: str) -> None:
+        """The platform reclaims a pod (a spot interruption, a host failure): from now on it is
+        unknown (404), as after a terminate."""
+        with self.lock:
+            del self.pods[pod_id]
+
     def _advance(self, pod: dict[str, Any]) -> None:
         if pod["status"] == "PROVISIONING":
             pod["status"] = "STARTING"
-        elif pod["status"] == "STARTING":
+        elif pod["status"] == "STARTING" and self.order[pod["id"]] not in self.never_boot:
             self._run(pod)
 
     def _run(self, pod: dict[str, Any]) -> None:
@@ -220,11 +233,13 @@ class RunPodFake(FakeCloud):
         proxy = {"host": "ssh.runpod.io", "port": 22, "username": f"{pod['id']}-64411eb2"}
         proxy["command"] = f"ssh {proxy['username']}@ssh.runpod.io"
         direct = None
+        order = self.order[pod["id"]]
+        host, port = self.boxes[order - 1] if order <= len(self.boxes) else ("203.0.113.10", 10341)
         if "22/tcp" in pod["ports"]:
-            direct = {"host": "203.0.113.10", "port": 10341, "username": "root"}
-            direct["command"] = "ssh root@203.0.113.10 -p 10341"
+            direct = {"host": host, "port": port, "username": "root"}
+            direct["command"] = f"ssh root@{host} -p {port}"
         pod["ssh"] = {"proxy": proxy, "direct": direct}
-        mapped = [{"private": 22, "public": 10341, "type": "tcp", "ip": "203.0.113.10"}]
+        mapped = [{"private": 22, "public": port, "type": "tcp", "ip": host}]
         pod["runtime"] = {"uptime": 0, "ports": mapped if direct else []}
         pod["startedAt"] = "2026-11-30T12:00:00Z"
 
@@ -314,7 +329,8 @@ class RunPodFake(FakeCloud):
             return self.bad_request("mounts.persistent and mounts.network are mutually exclusive")
         if network and network[0]["volumeId"] not in self.volumes:
             return self.bad_request(f"network volume {network[0]['volumeId']} does not exist")
-        pod_id = f"pod{self.next_id():04d}xyz"
+        order = self.next_id()
+        pod_id = f"pod{order:04d}xyz"
         count = gpu.get("count", 1) if gpu else 0
         rate = round(0.69 * count, 2) if gpu else 0.08
         pod: dict[str, Any] = {
@@ -347,6 +363,7 @@ class RunPodFake(FakeCloud):
             pod["cpu"] = body["cpu"]
         self.pods[pod_id] = pod
         self.rates[pod_id] = rate
+        self.order[pod_id] = order
         return Reply(201, pod, hang=self.hang_create)
 
 

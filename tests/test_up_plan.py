@@ -82,6 +82,18 @@ def test_a_plan_whose_checkpoints_would_not_survive_is_refused_with_the_way_out(
     assert 'features = ["network_volume"]' in err and "nothing was created" in err
     assert runpod.calls("POST", "/pods") == []
 
+    # a bucket the checkpoints also go to outlives the pod: the plan passes and says so
+    (project / ".rgt" / "profiles").mkdir(parents=True)
+    (project / ".rgt" / "profiles" / "bkt.toml").write_text(
+        'extends = "runpod"\nname = "bkt"\n\n[bucket]\nurl = "s3://lab-ckpts/runs"\n'
+        'endpoint = "https://s3.eu-central-003.backblazeb2.com"\ncredentials = "b2"\n'
+    )
+    assert rgt_main(["up", "bkt", "--ack-clocks"]) == 0
+    out = capsys.readouterr().out
+    assert "also uploaded to s3://lab-ckpts/runs, which outlives the machine" in out
+    assert "s3://lab-ckpts/runs at https://s3.eu-central-003.backblazeb2.com" in out
+    assert "Nothing created" in out and runpod.calls("POST", "/pods") == []
+
 
 def test_the_price_is_the_platforms_where_its_api_gives_one(
     project: Path,

@@ -272,9 +272,21 @@ def _resume(args: argparse.Namespace, project: Path) -> int:
     members = found.jobs if isinstance(found, JobGroup) else [found]
     for member in members:
         with phases_to(lambda line: print(f"rgt: {line}", file=sys.stderr, flush=True)):
-            job = member.resume(fresh=args.fresh, force=args.force)
+            if args.new_machine:
+                job = member.resume_on_new_machine(
+                    _confirm_key, alias=args.host, boot_timeout_s=args.boot_timeout
+                )
+            else:
+                job = member.resume(fresh=args.fresh, force=args.force)
         print(f"relaunched {job.id}; follow it with: rgt watch {job.name}")
     return 0
+
+
+def _confirm_key(message: str) -> bool:
+    """Ask on the terminal whether to trust the host key ``message`` shows."""
+    print(message)
+    print("Trust this key? Type 'yes' to trust it: ", end="", flush=True)
+    return sys.stdin.readline().strip().lower() == "yes"
 
 
 def _stop(args: argparse.Namespace, project: Path) -> int:
@@ -374,13 +386,7 @@ def _unobserved(row: dict[str, Any]) -> str:
 def _trust_host(alias: str, project: Path) -> int:
     from ..transport.ssh.trust import trust_host  # deferred: paramiko, for this command
 
-    def confirm(message: str) -> bool:
-        print(message)
-        print(f"Trust this key for {alias}? Type 'yes' to trust it: ", end="", flush=True)
-        answer = sys.stdin.readline().strip().lower()
-        return answer == "yes"
-
-    result = trust_host(alias, project, confirm)
+    result = trust_host(alias, project, _confirm_key)
     if result["status"] == "already trusted":
         print(f"{alias} is already trusted ({result['fingerprint']})")
     else:

@@ -8,7 +8,7 @@ import json
 import re
 import shlex
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +203,14 @@ def _plan(prof: Any, params: dict[str, Any], project: Path) -> tuple[Any, float 
     home = "~"
     durable = prof.expand(prof.durable_dir, project, home)
     verdict = check(prof, durable, project, home)
+    bucket = str(prof.bucket.get("url", ""))
+    if not verdict.ok and bucket:  # the checkpoints also go where the machine cannot take them
+        verdict = replace(
+            verdict,
+            ok=True,
+            reason=f"{verdict.reason}; each checkpoint is also "
+            f"uploaded to {bucket}, which outlives the machine",
+        )
     if not verdict.ok:
         raise UsageError(
             f"`rgt up {prof.name}` would create a machine whose checkpoints do not survive "
@@ -239,6 +247,12 @@ def _plan(prof: Any, params: dict[str, Any], project: Path) -> tuple[Any, float 
     print(f"  {'price':15} {shown} ({whose})")
     print(f"  {'meter stop':15} {ms.verb}" + (" (irreversible)" if ms.irreversible else ""))
     print(f"  {'durable dir':15} {durable}: {verdict.reason}")
+    if bucket:
+        where = prof.bucket.get("endpoint") or "AWS S3"
+        print(
+            f"  {'bucket':15} {bucket} at {where}, credentials "
+            f"{prof.bucket.get('credentials') or 'default'} (checked at launch)"
+        )
     return provider, price
 
 
@@ -247,7 +261,7 @@ def _next_step(
 ) -> None:
     """The ssh config Host block for the machine (written with ``--ssh-config``, else shown),
     then the commands that come next."""
-    from ..transport.ssh.hosts import ssh_config_path  # deferred: per command
+    from ..transport.ssh.hosts import add_host_block, ssh_config_path  # deferred: per command
 
     alias = args.host or "ALIAS"
     block = f"Host {alias}\n  HostName {host}\n  Port {port}\n  User {user}\n"
@@ -257,7 +271,7 @@ def _next_step(
         if not args.host:
             raise UsageError("--ssh-config writes a Host block: name it with --host ALIAS")
         path = ssh_config_path()
-        _add_host_block(path, alias, block)
+        add_host_block(path, alias, block)
         print(f"wrote Host {alias} into {path}")
     else:
         shown = "    " + block.rstrip("\n").replace("\n", "\n    ")
@@ -266,24 +280,6 @@ def _next_step(
         f"Then check its key with `rgt trust-host {alias}`, and run with "
         f"--profile {profile} --host {alias}"
     )
-
-
-def _add_host_block(path: Path, alias: str, block: str) -> None:
-    """Append ``block`` to the SSH config at ``path`` (atomically; the file kept private),
-    refusing when a ``Host`` line already names ``alias``."""
-    from ..store.fsutil import atomic_write_bytes  # deferred: per command
-
-    text = path.read_text() if path.exists() else ""
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) > 1 and words[0].lower() == "host" and alias in words[1:]:
-            raise UsageError(
-                f"{path} already has a Host {alias}: pick another --host, or edit that block"
-            )
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    atomic_write_bytes(path, (text + sep + block).encode(), mode=mode)
 
 
 def _up_guided(args: argparse.Namespace, prof: Any, registry: Any) -> int:

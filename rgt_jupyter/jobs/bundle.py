@@ -200,16 +200,17 @@ def bundle_members(
 
 
 def zip_bundle(members: dict[str, bytes]) -> bytes:
-    """The launch bundle: one zip (members stored, named relative to the control dir) with the
+    """The launch bundle: one zip (members deflated, named relative to the control dir) with the
     unpacking ``__main__.py``. It travels as the stdin of the one launch command, so the
     secrets never show in a command line, an environment or a log."""
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         everything = {"__main__.py": remote.source("bundle_main.py"), **members}
         for name, data in everything.items():
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
             info.external_attr = (stat.S_IFREG | member_mode(name)) << 16
-            zf.writestr(info, data)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data, compresslevel=6)
     return buf.getvalue()
 
 

@@ -50,6 +50,9 @@ class LaunchRequest:
     allow_ephemeral_ckpt: bool = False
     #: Resume with another job's program, pushed files and inputs, byte-identical (its spec).
     reuse_code_of: JobSpec | None = None
+    #: The same, sent again from the copy kept at that job's launch (a new machine: the code
+    #: dir it ran from went with the old one).
+    resend_code_of: JobSpec | None = None
     #: One job per seed (``RGT_SEED``), grouped as one experiment; a Slurm job array on sbatch.
     seeds: list[int] = field(default_factory=list)
     #: Scheduler resources (sbatch): time limit, partition, nodes.

@@ -954,6 +954,15 @@ def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> str:
     return path
 
 
+def _writer(data: bytes) -> Callable[[Any], None]:
+    """What :func:`_atomic_write` calls to write ``data``."""
+
+    def write(fh: Any) -> None:
+        fh.write(data)
+
+    return write
+
+
 def _sha256_file(path: str) -> str:
     sha = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -1254,7 +1263,7 @@ def _restore_from_bucket(directory: str) -> None:
                     "[rgt] skipping %s in the bucket: bytes do not match its record\n" % name
                 )
                 continue
-            _atomic_write(path + ".sha256", lambda fh, data=record: fh.write(data))
+            _atomic_write(path + ".sha256", _writer(record))
             os.replace(tmp, path)
             _fsync_dir(directory)
         except Exception as exc:  # noqa: BLE001 - said; an older one (or the disk's) is tried

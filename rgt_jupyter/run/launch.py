@@ -26,6 +26,7 @@ from ..jobs.spec import AuditRecord, JobSpec, check_fields
 from ..machines.durability import check as check_durability
 from ..machines.durability import refusal_advice
 from ..machines.profiles import Profile, load_profile
+from ..store.codecopy import keep_code, kept_code
 from ..store.locks import held, lock_path
 from ..store.names import check_job_name
 from ..store.registry import Registry
@@ -119,8 +120,13 @@ def prepare(
     name = job_name(req)
     env = {**req.env, **({} if backend.schedules_gpus else gpus_env(req.gpus))}
     reuse = req.reuse_code_of
-    pushed = push_entries(req.push) if reuse is None else []
-    inputs = serialize_inputs(req.inputs) if reuse is None else {}
+    kept = None
+    if req.resend_code_of is not None:
+        was = req.resend_code_of
+        kept = kept_code(project, was.code_hash, was.program, was.deployed)
+        req = replace(req, program=kept.program, program_name=kept.program_name)
+    pushed = kept.pushed if kept else push_entries(req.push) if reuse is None else []
+    inputs = kept.inputs if kept else serialize_inputs(req.inputs) if reuse is None else {}
     # A resume names its bucket's credentials among its secrets: they are read afresh below.
     secret_values = read_secrets([n for n in req.secrets if n not in BUCKET_SECRETS])
 
@@ -189,6 +195,10 @@ def prepare(
     with sending if pushed else contextlib.nullcontext():
         staged = stage(transport, req, control, tgt.python, f"{workdir}/.objects", pushed, inputs)
     hash_ = code_hash(staged.deployed)
+    if kept is not None and req.resend_code_of and hash_ != req.resend_code_of.code_hash:
+        raise LaunchError(f"the code sent again from {kept.root} is not the code the job ran")
+    if reuse is None and kept is None and profile.metered:  # for a resume on a new machine
+        keep_code(project, hash_, staged.files, pushed)
     fields: dict[str, Any] = {**backend.spec_extra(profile, req), **(extra_spec or {})}
     spec = JobSpec(
         job_id=job_id,

@@ -128,4 +128,5 @@ def stage(
     for rel, sha in push_files(transport, python, control, objects, pushed).items():
         deployed[f"code/{rel}"] = sha
     paths = job_paths(control, req.program_name)
-    return Staged(files, paths, deployed, [rel for _, rel in pushed], sorted(req.inputs))
+    names = sorted(fname.rsplit(".", 1)[0] for fname in inputs)  # name.json, name.pkl
+    return Staged(files, paths, deployed, [rel for _, rel in pushed], names)

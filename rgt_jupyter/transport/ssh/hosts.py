@@ -30,7 +30,8 @@ from pathlib import Path
 
 import paramiko
 
-from ...errors import SSHError
+from ...errors import SSHError, UsageError
+from ...store.fsutil import atomic_write_bytes
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -153,3 +154,19 @@ def load_host_keys(spec: HostSpec) -> paramiko.HostKeys:
         if path.exists():
             keys.load(str(path))
     return keys
+
+
+def add_host_block(path: Path, alias: str, block: str) -> None:
+    """Append ``block`` to the SSH config at ``path`` (atomically; the file kept private),
+    refusing when a ``Host`` line already names ``alias``."""
+    text = path.read_text() if path.exists() else ""
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) > 1 and words[0].lower() == "host" and alias in words[1:]:
+            raise UsageError(
+                f"{path} already has a Host {alias}: pick another --host, or edit that block"
+            )
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    atomic_write_bytes(path, (text + sep + block).encode(), mode=mode)
