@@ -352,7 +352,15 @@ def test_no_watcher_or_view_can_reach_a_meter_stop() -> None:
     assert "providers" not in view and "stop_meter" not in view and "run.teardown " not in view
     assert "from .views.teardown_view import TeardownView" in view
     stoppers = {rel(p) for p in pkg.rglob("*.py") if "stop_meter(" in p.read_text()}
-    assert stoppers == {"run/teardown.py", "views/teardown_view.py", "cli/machines.py"}
+    # autostop: only after decide(gate, "approve") on a gate that passes (test_autostop.py)
+    assert stoppers == {
+        "run/teardown.py",
+        "views/teardown_view.py",
+        "cli/machines.py",
+        "run/autostop.py",
+    }
+    auto = (pkg / "run" / "autostop.py").read_text()
+    assert auto.index('decide(gate, "approve"') < auto.index("stop_meter(gate")
 
 
 def test_idle_warning_warns_and_never_acts(

@@ -72,6 +72,21 @@ def add_parsers(sub: Any) -> None:
         "so far and any idle warning.",
     )
     instances.add_argument("--json", action="store_true", help=_JSON_HELP)
+    auto = sub.add_parser(
+        "autostop",
+        help="stop a machine's meter by itself once its jobs are pulled, verified, gate passing",
+        description="`on PROFILE` records your standing approval for a profile that opts in "
+        '(autostop = "after-verified-pull") and starts a watcher that outlives this shell: '
+        "once every job on a machine ended, it pulls and verifies them and stops the meter only "
+        "if the teardown gate passes, else keeps the machine and says why. `off PROFILE` "
+        "withdraws the approval; `status` says what the watcher did; `watch` runs it here.",
+    )
+    auto.add_argument("action", choices=("on", "off", "status", "watch"))
+    auto.add_argument("profile", nargs="?", default=None)
+    auto.add_argument(
+        "--interval", type=float, default=60.0, metavar="S", help="seconds between looks (60)"
+    )
+    auto.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def dispatch(args: argparse.Namespace, project: Path) -> int | None:
@@ -84,6 +99,8 @@ def dispatch(args: argparse.Namespace, project: Path) -> int | None:
         return _down(args, project)
     if args.command == "instances":
         return _instances(project, as_json=args.json)
+    if args.command == "autostop":
+        return _autostop(args, project)
     return None
 
 
@@ -401,14 +418,17 @@ def _decide_down(args: argparse.Namespace, name: str, gate: Any, project: Path, 
 
 
 def _instances(project: Path, as_json: bool = False) -> int:
+    from ..run.autostop import read_status  # deferred: per command
     from ..run.billing import check_idle, describe  # deferred: per command
     from ..store.registry import Registry  # deferred: per command
 
     rows = Registry(project).instances()
+    auto = read_status(project)
     listed = []
     for inst in rows:
         warning = check_idle(inst, project) if inst["ended_at"] is None else None
-        listed.append({**inst, "line": describe(inst), "idle_warning": warning})
+        said = auto.get(inst["id"])
+        listed.append({**inst, "line": describe(inst), "idle_warning": warning, "autostop": said})
     if as_json:
         dump({"instances": listed})
         return 0
@@ -418,4 +438,46 @@ def _instances(project: Path, as_json: bool = False) -> int:
         print(item["line"])
         if item["idle_warning"]:
             print(f"  WARNING: {item['idle_warning']}")
+        if item["autostop"]:
+            print(f"  autostop: {item['autostop']['action']}: {item['autostop']['reason']}")
+    return 0
+
+
+def _autostop(args: argparse.Namespace, project: Path) -> int:
+    from ..run import autostop  # deferred: per command
+
+    if args.action in ("on", "off") and not args.profile:
+        raise UsageError(f"`rgt autostop {args.action} PROFILE`: which profile?")
+    if args.action == "on":
+        approval = autostop.enable(project, args.profile)
+        pid = autostop.spawn(project, args.interval)
+        print(f"autostop on for {args.profile}: {approval['text']}")
+        print(
+            f"recorded your standing approval; the watcher runs as process {pid} "
+            f"(its log: {project / '.rgt' / 'autostop.log'}); `rgt autostop off "
+            f"{args.profile}` withdraws it"
+        )
+        return 0
+    if args.action == "off":
+        if autostop.disable(project, args.profile):
+            print(f"autostop off for {args.profile}: its machines are stopped only by `rgt down`")
+        else:
+            print(f"autostop was not on for {args.profile}")
+        return 0
+    if args.action == "watch":
+        try:
+            autostop.watch(project, args.interval)
+        except UsageError as exc:
+            if "held by" not in str(exc):
+                raise
+            print(f"another autostop watcher runs for this project ({exc})")
+        return 0
+    said = autostop.read_status(project)
+    if args.json:
+        dump({"autostop": said})
+        return 0
+    if not said:
+        print("the autostop watcher has not looked at any machine yet")
+    for instance_id, item in said.items():
+        print(f"{instance_id}: {item['action']}: {item['reason']}")
     return 0

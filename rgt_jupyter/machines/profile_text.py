@@ -60,6 +60,20 @@ def explain(profile: Profile, project: Path, today: _dt.date | None = None) -> s
         + verdict.reason
         + "."
     )
+    if profile.bucket.get("url"):
+        b = profile.bucket
+        out.append(
+            f"Bucket: each checkpoint is also uploaded to {b['url']} "
+            f"({b.get('endpoint') or 'AWS S3'}, credentials {b.get('credentials') or 'default'}); "
+            "it counts as durable once its upload is verified, and outlives the machine "
+            "(`rgt resume JOB --new-machine` continues from it)."
+        )
+    if profile.autostop:
+        out.append(
+            f"Autostop: {profile.autostop}: with `rgt autostop on {profile.name}` (a standing "
+            f"approval), a machine's meter is stopped ({ms.verb}) once every job on it was "
+            "pulled and verified and the teardown gate passed; otherwise it is kept and said so."
+        )
     if profile.pull_before_teardown:
         out.append(
             "  Pull before teardown: checkpoints are safe only once pulled; `rgt down` refuses "

@@ -513,6 +513,15 @@ class Registry:
             journal.append(self.project, "ack", profile=profile, ack=kind, data=data)
         return added
 
+    def unack(self, profile: str, kind: str) -> bool:
+        """Withdraw an acknowledgement (a standing approval); False when there was none."""
+        with self._connect() as db:
+            cur = db.execute("DELETE FROM acks WHERE profile=? AND kind=?", (profile, kind))
+            removed = cur.rowcount == 1
+        if removed:
+            journal.append(self.project, "unack", profile=profile, ack=kind)
+        return removed
+
     def acked(self, profile: str, kind: str) -> dict[str, Any] | None:
         """The acknowledgement, if recorded."""
         with self._connect() as db:
@@ -564,6 +573,11 @@ class Registry:
                             fact["decision"],
                             json.dumps(fact.get("data") or {}, default=str),
                         ),
+                    )
+                elif kind == "unack":
+                    db.execute(
+                        "DELETE FROM acks WHERE profile=? AND kind=?",
+                        (fact["profile"], fact["ack"]),
                     )
                 elif kind == "ack":
                     db.execute(
