@@ -19,13 +19,15 @@ from typing import Any, overload
 
 from .backends import Backend, get_backend
 from .errors import JobNotFound, RemoteTraceback, TransportError, UsageError
+from .jobs.curves import curve_findings
 from .jobs.lookup import group_rows
+from .jobs.observe import progress_records
 from .jobs.records import read_json
 from .jobs.request import LaunchRequest, make_request
 from .jobs.snapshot import TERMINAL, Snapshot, as_launched
 from .jobs.spec import JobSpec
 from .jobs.tracebacks import traceback_lines
-from .run.billing import job_cost
+from .run.billing import job_budget, job_cost
 from .run.launch import launch, update_spec
 from .run.pull import pull
 from .run.pull.formats import report_lines
@@ -109,7 +111,8 @@ class Job:
         """Observe the job now (from its process and artifacts) and record the state.
 
         ``via``: the transport to read through (the watcher passes one that answers from its
-        batched look at the machine)."""
+        batched look at the machine). A look for a view (``log_lines`` or ``via``) also reads
+        the training findings: the probes' ``findings.json`` and the progress curve's."""
         snap = self.backend.observe(via or self.transport, self.spec, log_lines=log_lines)
         if snap.terminal and not self._secrets_checked:
             self._secrets_checked = True
@@ -128,12 +131,23 @@ class Job:
             url = self.spec.bucket.get("lineage_url", "")
             found = read_json(via or self.transport, f"{self.spec.control_dir}/bucket.json")
             snap.bucket = found or {"url": url, "durable_step": None}
+        if log_lines or via is not None:  # a view's look, not a state check
+            snap.findings = self._findings(via or self.transport)
         if self._last is None or self._last.state != snap.state:
             Registry(self.project).set_state(
                 self.id, snap.state, exit_code=snap.exit_code, elapsed=snap.elapsed
             )
         self._last = snap
         return snap
+
+    def _findings(self, via: Transport) -> list[dict[str, Any]]:
+        """The probes' findings (``findings.json``) and the loss curve's (its newest records)."""
+        control = self.spec.control_dir
+        found = (read_json(via, f"{control}/findings.json") or {}).get("findings")
+        out = [f for f in found if isinstance(f, dict)] if isinstance(found, list) else []
+        held = getattr(via, "records", {}).get(control)
+        records = held if held is not None else progress_records(via, control, 1 << 16)
+        return out + curve_findings(records)
 
     @property
     def recorded_state(self) -> str:
@@ -243,11 +257,12 @@ class Job:
             self.spec = self.spec.replace(**stopped.spec)
         registry.event(self.id, "stop_requested", **stopped.event)
 
-    def resume(self, fresh: bool = False, force: bool = False) -> Job:
+    def resume(self, fresh: bool = False, force: bool = False, budget: float | None = None) -> Job:
         """Relaunch this job's program: into the same checkpoint dir (``RGT_RESUME=1``) when it
         ended preempted, failed or lost; ``fresh=True`` starts over in a new dir. A job that
         failed with a bug in its code is relaunched only with ``force=True``: the same code
-        fails the same way (fix it and re-run the cell instead)."""
+        fails the same way (fix it and re-run the cell instead). ``budget``: the job's budget
+        in USD from here on (default: the one it had; every attempt counts)."""
         spec = self.spec
         snap = self.snapshot(log_lines=0)
         state = snap.state
@@ -279,6 +294,7 @@ class Job:
             ckpt_dir=spec.ckpt_root,
             allow_ephemeral_ckpt=bool(spec.durability.get("overridden")),
             reuse_code_of=spec,
+            budget=budget if budget is not None else job_budget(spec),
         )
         return Job(launch(req, self.project), self.project)
 

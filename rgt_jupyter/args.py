@@ -148,6 +148,17 @@ RUN_ARGS: list[Spec] = [
         },
     ),
     (
+        ("--budget",),
+        {
+            "type": float,
+            "default": None,
+            "metavar": "USD",
+            "help": "at this cost (its run time at the machine's price, every attempt counted) "
+            "the job is told to save and stop, as on a preemption; the machine is left to the "
+            "teardown gate",
+        },
+    ),
+    (
         ("--allow-ephemeral-ckpt",),
         {
             "action": "store_true",
@@ -283,6 +294,15 @@ RESUME_ARGS: list[Spec] = [
         {
             "action": "store_true",
             "help": "relaunch even a job that failed with a bug in its code (it runs the same code)",
+        },
+    ),
+    (
+        ("--budget",),
+        {
+            "type": float,
+            "default": None,
+            "metavar": "USD",
+            "help": "the job's budget from here on (default: the one it had)",
         },
     ),
     (

@@ -152,6 +152,8 @@ class RunPodFake(FakeCloud):
     #: Pods (by creation order, from 1) that never get past STARTING: a machine that fails to boot.
     never_boot: set[int] = field(default_factory=set)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: USD per hour of one GPU (RTX 4090, Secure cloud).
+    gpu_rate: float = 0.69
     #: Each pod's place in the order of creation (from 1).
     order: dict[str, int] = field(default_factory=dict)
     #: USD per hour of each pod while it runs (a pod's ``cost`` is 0.0 while EXITED).
@@ -332,7 +334,7 @@ class RunPodFake(FakeCloud):
         order = self.next_id()
         pod_id = f"pod{order:04d}xyz"
         count = gpu.get("count", 1) if gpu else 0
-        rate = round(0.69 * count, 2) if gpu else 0.08
+        rate = round(self.gpu_rate * count, 2) if gpu else 0.08
         pod: dict[str, Any] = {
             "id": pod_id,
             "name": body["name"],

@@ -277,7 +277,7 @@ def _resume(args: argparse.Namespace, project: Path) -> int:
                     _confirm_key, alias=args.host, boot_timeout_s=args.boot_timeout
                 )
             else:
-                job = member.resume(fresh=args.fresh, force=args.force)
+                job = member.resume(fresh=args.fresh, force=args.force, budget=args.budget)
         print(f"relaunched {job.id}; follow it with: rgt watch {job.name}")
     return 0
 

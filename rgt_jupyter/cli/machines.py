@@ -54,6 +54,14 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="write the machine's Host block (named by --host) into the SSH config",
     )
+    up.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="at this cost of the machine, its jobs are told to save and stop (the meter is "
+        "then stopped only behind the teardown gate)",
+    )
     up.add_argument("--ack-clocks", action="store_true", help="acknowledge the danger clocks")
     up.add_argument("--yes", action="store_true", help="approve the spend")
     down = sub.add_parser(
@@ -180,6 +188,18 @@ def _up(args: argparse.Namespace, project: Path) -> int:
         return _up_guided(args, prof, registry)
     params = {**prof.up, **dict(_param(p) for p in args.set)}
     provider, price = _plan(prof, params, project)
+    if args.budget is not None:
+        if args.budget <= 0:
+            raise UsageError(f"--budget {args.budget:g}: give a positive amount in USD")
+        hours = (
+            f"about {args.budget / price:.1f} h at this price"
+            if price
+            else ("counted at the price the platform reports once it is up")
+        )
+        print(
+            f"  {'budget':15} ${args.budget:.2f}: {hours}; then its jobs save and stop, "
+            "and the meter waits for the gate"
+        )
     if not args.yes:
         print(f"Nothing created. `rgt up {prof.name} --yes` creates exactly this plan.")
         return 0
@@ -198,7 +218,7 @@ def _up(args: argparse.Namespace, project: Path) -> int:
         args.host,
         inst.state,
         inst.cost_per_hour or price or None,
-        {"ssh": ssh, "params": params},
+        {"ssh": ssh, "params": params, "budget_usd": args.budget},
     )
     print(f"up: {instance_id} ({inst.raw_state})" + (f"; {ssh}" if ssh else ""))
     if inst.ssh_host:

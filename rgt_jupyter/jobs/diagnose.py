@@ -20,6 +20,7 @@ Kind = Literal[
     "disk_full",
     "inodes_full",
     "preempted",
+    "budget",
     "nccl_timeout",
     "walltime",
     "python_exception",
@@ -97,6 +98,11 @@ REMEDIES: dict[Kind, tuple[str, Retry]] = {
         "the machine was reclaimed: re-run to resume from the last checkpoint",
         "identical",
     ),
+    "budget": (
+        "it saved and stopped at its budget: `rgt resume JOB --budget USD` with a larger one "
+        "goes on from that checkpoint; `rgt down JOB` stops the machine's meter behind the gate",
+        "after_fix",
+    ),
     "nccl_timeout": (
         "the process-group timeout fired: find the dead or stuck rank, and check "
         "NCCL_SOCKET_IFNAME and the InfiniBand settings (NCCL_IB_*) before re-running",
@@ -128,6 +134,7 @@ _SUMMARIES: dict[Kind, str] = {
     "nccl_timeout": "a collective operation timed out (NCCL)",
     "walltime": "the job hit its wall-clock limit",
     "preempted": "the machine was preempted",
+    "budget": "the job reached its budget and was told to save and stop",
 }
 
 #: Keys of a progress record that are bookkeeping, not metrics.
@@ -291,6 +298,8 @@ def classify(
         return _make(
             "walltime", f"{_SUMMARIES['walltime']} (reason: walltime)", ("reason: walltime",)
         )
+    if reason == "budget":
+        return _make("budget", _SUMMARIES["budget"], ("reason: budget",))
     if "preempted" in found:
         return _from_log("preempted", found["preempted"])
     if reason == "preempted" or state == "preempted":

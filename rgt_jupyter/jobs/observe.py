@@ -337,6 +337,12 @@ def fill_from_records(
         snap.started_at = exit_rec.started_at or snap.started_at
         if snap.state == "failed":
             snap.error = read_json(transport, f"{control}/error.json")
+        if snap.state == "preempted" and exit_rec.reason == "budget":
+            snap.failure = "budget"
+            snap.diagnosis = (
+                "preempted at its budget: the job reached its budget and was told to save and "
+                f"stop. Fix: {REMEDIES['budget'][0].replace('JOB', snap.name)}"
+            )
     beat = read_json(transport, f"{control}/heartbeat.json")
     if beat is not None:
         snap.heartbeat_seq = whole(beat.get("seq"))

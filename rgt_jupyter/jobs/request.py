@@ -46,6 +46,8 @@ class LaunchRequest:
     ckpt_dir: str | None = None
     #: ``--bucket``: an S3 URL for the checkpoints (else the profile's ``[bucket]``).
     bucket: str | None = None
+    #: ``--budget``: USD at which the job is told to save and stop (every attempt counted).
+    budget: float | None = None
     #: Launch although the checkpoint dir does not survive the meter-stop verb (recorded).
     allow_ephemeral_ckpt: bool = False
     #: Resume with another job's program, pushed files and inputs, byte-identical (its spec).

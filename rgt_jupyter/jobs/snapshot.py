@@ -62,6 +62,9 @@ class Snapshot:
     #: Where the job's checkpoints stand in its bucket (``bucket.json``: ``url``,
     #: ``durable_step``, ``uploading``, ``error``), for a job with one.
     bucket: dict[str, Any] | None = None
+    #: What the training-debug probes (``findings.json``) and the loss curve showed: records
+    #: with ``kind``, ``seen``, ``cause``, ``fix`` and ``step``.
+    findings: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def display_state(self) -> str:

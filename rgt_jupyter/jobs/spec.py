@@ -55,6 +55,7 @@ class DistributedRecord(TypedDict, total=False):
 #: The spec keys the agent reads from ``launch.json`` on the job's machine.
 AGENT_FIELDS = frozenset(
     {
+        "budgets",
         "ckpt_dir",
         "cwd",
         "deployed",
@@ -131,6 +132,10 @@ class JobSpec:
     #: The bucket the checkpoints are also uploaded to (``url``, ``endpoint``, ``credentials``
     #: by name, ``region``, and ``lineage_url``: this lineage's prefix), when there is one.
     bucket: dict[str, Any] | None = None
+    #: Budgets its agent holds it to: ``of`` (``job`` or ``machine``), ``usd``, ``rate`` (USD
+    #: per hour), and ``spent_usd`` (a job's earlier attempts) or ``since`` (the machine's
+    #: creation time). At the first reached, the job is told to save and stop.
+    budgets: list[dict[str, Any]] = field(default_factory=list)
     #: The job's working directory (its code dir).
     cwd: str = ""
     #: Where the program and the pushed files lie.

@@ -991,6 +991,7 @@ class Supervisor:
         self.restart = 0
         self.slurm = slurm_facts()
         self.oom_kill_start = oom_kills()
+        self.budget_hit: Optional[Dict[str, Any]] = None
 
     def path(self, name: str) -> str:
         return os.path.join(self.control, name)
@@ -1033,6 +1034,31 @@ class Supervisor:
             warning = bool(self.slurm) and name == "SIGUSR2"
             if self.kill_deadline is None and not warning:
                 self.kill_deadline = time.monotonic() + float(self.spec.get("grace_s", 30))
+
+    def check_budget(self) -> None:
+        """At the first budget reached (the job's, its machine's), tell the job to save and
+        stop, as a preemption does (it ends ``preempted``, with reason ``budget``)."""
+        if self.budget_hit is not None:
+            return
+        now = _now()
+        for budget in self.spec.get("budgets") or []:
+            rate = float(budget.get("rate") or 0.0) / 3600.0
+            if budget.get("of") == "machine":
+                spent = (now - float(budget.get("since") or now)) * rate
+            else:
+                spent = float(budget.get("spent_usd") or 0.0) + (now - self.started_at) * rate
+            if spent >= float(budget["usd"]):
+                self.budget_hit = dict(budget, spent_usd=round(spent, 4), at=now)
+                sys.stderr.write(
+                    "agent: the %s's budget of $%.2f is reached ($%.2f spent): the job is "
+                    "told to save and stop\n" % (budget.get("of", "job"), budget["usd"], spent)
+                )
+                try:
+                    write_json_atomic(self.path("budget.json"), self.budget_hit)
+                except OSError:
+                    pass
+                self.on_signal(signal.SIGTERM, None)
+                return
 
     def heartbeat(self) -> None:
         self.seq += 1
@@ -1238,6 +1264,7 @@ class Supervisor:
                 self.kill_deadline = None
             if now >= next_beat:
                 self.heartbeat()
+                self.check_budget()
                 next_beat = now + interval
             time.sleep(min(0.05, interval))
         if tee is not None:
@@ -1269,7 +1296,8 @@ class Supervisor:
                 "restart": self.restart,
                 "reason": ("walltime, requeued" if requeue else "walltime")
                 if self.walltime_warned()
-                else None,
+                else ("budget" if self.budget_hit else None),
+                "budget": self.budget_hit,
                 "checkpoints": sum(1 for k in manifest["files"] if k.startswith("checkpoints/")),
                 "oom_kill_start": self.oom_kill_start,
                 "oom_kill": oom_kills(),

@@ -58,6 +58,8 @@ __all__ = [
     "restore_rng",
     "bucket_status",
     "wait_for_uploads",
+    "finding",
+    "findings",
 ]
 
 _CKPT_RE = re.compile(r"^ckpt-(\d{10})\.(pt|json)$")
@@ -1391,3 +1393,67 @@ if os.environ.get("RGT_JOB_ID"):
     # Only inside a job: a notebook kernel that imports this module keeps its own handlers.
     _install_handlers()
     atexit.register(_record_torch)
+
+
+# ----------------------------------------------------------------------------- training findings
+# What the training-debug probes (rgt_jupyter.integrations.debug, .debug_data) saw: each finding
+# once per kind and subject, in ``findings.json`` of the control dir (the view shows it) and on
+# stderr. A finding is disclosed only: nothing is stopped, retried or changed.
+
+FINDINGS_FILE = "findings.json"
+_findings = []  # type: List[Dict[str, Any]]
+_finding_keys = set()  # type: set
+_findings_loaded = [False]
+
+
+def _load_findings() -> None:
+    """Findings an earlier run in this control dir wrote (a restart in place keeps them)."""
+    if _findings_loaded[0]:
+        return
+    _findings_loaded[0] = True
+    control = _control_dir()
+    path = os.path.join(control, FINDINGS_FILE) if control else None
+    if not path or not os.path.exists(path):
+        return
+    try:
+        with open(path) as fh:
+            old = json.load(fh).get("findings", [])
+    except (OSError, ValueError, AttributeError):
+        return
+    for rec in old if isinstance(old, list) else []:
+        if isinstance(rec, dict) and rec.get("key") not in _finding_keys:
+            _finding_keys.add(rec.get("key"))
+            _findings.append(rec)
+
+
+def finding(
+    kind: str, seen: str, cause: str, fix: str, step: Optional[int] = None, subject: str = ""
+) -> Optional[Dict[str, Any]]:
+    """Record a training finding: ``kind``, what was ``seen`` (with its numbers), its likely
+    ``cause``, the ``fix`` to try next and the ``step``; once per ``kind`` and ``subject``.
+    Returns the record, or None when it was already recorded. It is written to
+    ``findings.json`` in the control dir (by rank 0) and said on stderr."""
+    key = "%s:%s" % (kind, subject)
+    with _lock:
+        _load_findings()
+        if key in _finding_keys:
+            return None
+        _finding_keys.add(key)
+        rec = {"kind": kind, "seen": seen, "cause": cause, "fix": fix, "step": step, "key": key}
+        _findings.append(rec)
+        control = _control_dir()
+        if control is not None and os.environ.get("RANK", "0") in ("", "0"):
+            try:
+                _write_json_atomic(os.path.join(control, FINDINGS_FILE), {"findings": _findings})
+            except OSError as exc:
+                sys.stderr.write("[rgt] could not write %s: %s\n" % (FINDINGS_FILE, exc))
+    at = "" if step is None else " at step %d" % step
+    sys.stderr.write("[rgt] finding %s%s: %s. Likely: %s. Try: %s\n" % (kind, at, seen, cause, fix))
+    return rec
+
+
+def findings() -> List[Dict[str, Any]]:
+    """The training findings recorded so far (see :func:`finding`)."""
+    with _lock:
+        _load_findings()
+        return [dict(f) for f in _findings]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends import observe
+from ..errors import UsageError
 from ..jobs.spec import JobSpec
 from ..machines.profiles import load_profile
 from ..store.registry import Registry
@@ -129,3 +130,59 @@ def describe(inst: dict[str, Any]) -> str:
     data = inst["data"]
     conn = data.get("ssh") or ""
     return f"{inst['id']:28} {inst['profile']:12} {inst['state']:12} {cost_text(inst)} {conn}"
+
+
+def budgets_for(
+    registry: Registry,
+    lineage_jobs: list[str],
+    budget: float | None,
+    rate: float | None,
+    inst: dict[str, Any] | None,
+) -> list[dict[str, Any]]:
+    """The budgets a launch holds its job to: the job's own (``--budget``, the earlier attempts
+    of its lineage, ``lineage_jobs``, counted as spent) and its machine's (``rgt up
+    --budget``); refused, saying what to do, without a price or with a budget already spent."""
+    out: list[dict[str, Any]] = []
+    price = float((inst or {}).get("cost_per_hour") or rate or 0.0)
+    if budget is not None:
+        if budget <= 0:
+            raise UsageError(f"--budget {budget:g}: give a positive amount in USD")
+        if not price:
+            raise UsageError(
+                "--budget needs the machine's price: set cost_per_hour in the profile (or "
+                "bring the machine up with `rgt up`, which records the platform's)"
+            )
+        seconds = registry.run_seconds()
+        spent = sum(seconds.get(job_id, 0.0) for job_id in lineage_jobs) / 3600.0 * price
+        if spent >= budget:
+            raise UsageError(
+                f"this job has already cost ${spent:.2f} of its ${budget:.2f} budget: give a "
+                "larger --budget to go on"
+            )
+        out.append({"of": "job", "usd": budget, "rate": price, "spent_usd": spent})
+    machine_budget = ((inst or {}).get("data") or {}).get("budget_usd")
+    if inst is not None and machine_budget:
+        spent_m = cost_so_far(inst) or 0.0
+        if spent_m >= float(machine_budget):
+            raise UsageError(
+                f"machine {inst['id']} has cost ${spent_m:.2f} of its ${float(machine_budget):.2f}"
+                " budget: nothing more is launched on it (`rgt down` stops its meter behind "
+                "the gate)"
+            )
+        out.append(
+            {
+                "of": "machine",
+                "usd": float(machine_budget),
+                "rate": float(inst["cost_per_hour"] or price),
+                "since": inst["created_at"],
+            }
+        )
+    return out
+
+
+def job_budget(spec: JobSpec) -> float | None:
+    """The job's own budget in USD (``--budget``), None without one."""
+    for budget in spec.budgets:
+        if budget.get("of") == "job":
+            return float(budget["usd"])
+    return None

@@ -36,6 +36,7 @@ from ..transport.bucket import BucketConfig, config_of
 from ..transport.bucket import check as check_bucket
 from ..transport.bucket import credentials as bucket_credentials
 from .audit import audit_cache, audit_host
+from .billing import budgets_for
 from .phases import phase
 from .secrets import drop_leftover_secrets
 from .smoke import run_smoke
@@ -170,6 +171,14 @@ def prepare(
     if not durability.ok:
         durability = replace(durability, overridden=True)
 
+    instance_id = instance_for(registry, profile.name, tgt.host_alias)
+    budgets = budgets_for(
+        registry,
+        [r["id"] for r in registry.jobs() if r["lineage"] == lineage],
+        req.budget,
+        profile.cost_per_hour,
+        registry.instance(instance_id) if instance_id else None,
+    )
     smoke_run = profile.smoke_default if req.smoke is None else req.smoke
     if smoke is not None:
         smoke_run = smoke_run and smoke
@@ -217,7 +226,8 @@ def prepare(
         ckpt_root=ckpt_root,
         durability=durability.record(),
         bucket=bucket_record,
-        instance_id=instance_for(registry, profile.name, tgt.host_alias),
+        instance_id=instance_id,
+        budgets=budgets,
         cost_per_hour=float(profile.cost_per_hour) if profile.cost_per_hour else None,
         python=tgt.python,
         cwd=staged.paths["code_dir"],

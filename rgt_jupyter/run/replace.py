@@ -26,6 +26,7 @@ from ..machines.providers import Instance, Provider, ProviderError
 from ..store.registry import Registry
 from ..transport.ssh.hosts import add_host_block, resolve, ssh_config_path
 from ..transport.ssh.trust import trust_host
+from .billing import job_budget
 from .launch import launch
 from .phases import phase
 from .teardown import provider_for
@@ -90,6 +91,7 @@ def resume_on_new_machine(
         ckpt_dir=spec.ckpt_root,
         allow_ephemeral_ckpt=bool(spec.durability.get("overridden")),
         resend_code_of=spec,
+        budget=job_budget(spec),
     )
     with phase(f"relaunching {spec.name} on {new.alias} from its newest checkpoint in the bucket"):
         return launch(req, project)
@@ -153,7 +155,12 @@ def _replacement(
         name,
         inst.state,
         inst.cost_per_hour or old["cost_per_hour"],
-        {"params": params, "replaces": old["id"], "for_job": spec.name},
+        {
+            "params": params,
+            "replaces": old["id"],
+            "for_job": spec.name,
+            "budget_usd": old["data"].get("budget_usd"),
+        },
     )
     return Replacement(instance_id, inst.id, name)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..jobs.records import clean_text, finite, short_text
 from ..jobs.snapshot import Snapshot
+from .findings import findings_html, findings_lines
 
 #: State colours: JupyterLab's theme variables (light and dark), with fallbacks for nbconvert,
 #: nbviewer and GitHub.
@@ -268,6 +269,7 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None, rate
         lines.append(f"  cost: {snap.cost}")
     if bucket_text(snap.bucket):
         lines.append(f"  checkpoints: {bucket_text(snap.bucket)}")
+    lines.extend(findings_lines(snap.findings))
     log = log_before_traceback(snap.log_tail) if traceback_lines else snap.log_tail
     if log:
         lines.append("  log:")
@@ -327,6 +329,8 @@ def snapshot_html(
         rows.append(curve)
     if snap.diagnosis:
         rows.append(f"<div class='rgt-diagnosis'><i>{e(clean_text(snap.diagnosis))}</i></div>")
+    if snap.findings:
+        rows.append(findings_html(snap.findings))
     log = log_before_traceback(snap.log_tail) if traceback_lines else snap.log_tail
     if log and not minimal:
         # A column-reverse box starts scrolled to its end: the newest line is the one in view.

@@ -412,6 +412,7 @@ class Watcher:
                 ("heartbeat.json", "heartbeat"),
                 ("resources.json", "resources"),
                 ("bucket.json", "bucket"),
+                ("findings.json", "findings"),
                 ("error.json", "error"),
             )
         }
