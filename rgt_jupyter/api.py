@@ -28,6 +28,7 @@ from .jobs.snapshot import TERMINAL, Snapshot, as_launched
 from .jobs.spec import JobSpec
 from .jobs.tracebacks import traceback_lines
 from .run.billing import job_budget, job_cost
+from .run.cadence import advice as cadence_advice
 from .run.launch import launch, update_spec
 from .run.pull import pull
 from .run.pull.formats import report_lines
@@ -133,6 +134,9 @@ class Job:
             snap.bucket = found or {"url": url, "durable_step": None}
         if log_lines or via is not None:  # a view's look, not a state check
             snap.findings = self._findings(via or self.transport)
+            if self.spec.spot.get("reclaims_per_day") and not snap.terminal:
+                cadence = read_json(via or self.transport, f"{self.spec.control_dir}/cadence.json")
+                snap.cadence = cadence_advice(cadence, self.spec.spot)
         if self._last is None or self._last.state != snap.state:
             Registry(self.project).set_state(
                 self.id, snap.state, exit_code=snap.exit_code, elapsed=snap.elapsed

@@ -65,6 +65,8 @@ class Snapshot:
     #: What the training-debug probes (``findings.json``) and the loss curve showed: records
     #: with ``kind``, ``seen``, ``cause``, ``fix`` and ``step``.
     findings: list[dict[str, Any]] = field(default_factory=list)
+    #: Checkpoint cadence advice (Young/Daly), when the job saves far from the optimum.
+    cadence: str | None = None
 
     @property
     def display_state(self) -> str:

@@ -136,6 +136,9 @@ class JobSpec:
     #: per hour), and ``spent_usd`` (a job's earlier attempts) or ``since`` (the machine's
     #: creation time). At the first reached, the job is told to save and stop.
     budgets: list[dict[str, Any]] = field(default_factory=list)
+    #: The profile's spot facts at launch (``grace_s``, ``reclaims_per_day``), for the
+    #: checkpoint cadence advice; empty where the machine is not reclaimed.
+    spot: dict[str, Any] = field(default_factory=dict)
     #: The job's working directory (its code dir).
     cwd: str = ""
     #: Where the program and the pushed files lie.

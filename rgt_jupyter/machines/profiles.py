@@ -249,6 +249,7 @@ _SUB: dict[str, _Spec] = {
     "spot": {
         "available": ("bool", True),
         "grace_s": ("float", False),
+        "reclaims_per_day": ("float", False),
         "signal": ("str", False),
         "note": ("str", False),
         "verified": ("month", False),

@@ -905,6 +905,7 @@ def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> str:
     if keep < 1:
         raise ValueError("keep must be >= 1")
     directory = ckpt_dir()
+    began = time.monotonic()
     payload = dict(state)
     payload["_rgt"] = {"step": int(step), "rng": _rng_state(), "time": time.time()}
     torch = _maybe_import("torch")
@@ -944,6 +945,7 @@ def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> str:
         if cause is None:
             raise
         raise _not_saved(name, int(step), directory, cause, free) from exc
+    _note_save(int(step), time.monotonic() - began)
     if _BUCKET_URL and not is_smoke():
         _uploads().submit(path, name, sha, int(step), keep)
     for _, old in _list_ckpts(directory)[:-keep]:
@@ -954,6 +956,27 @@ def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> str:
                 pass
     _sweep_stale_tmp(directory)
     return path
+
+
+#: The latest saves' (wall time, seconds the save took, step), for the cadence advice.
+_SAVES: List[Tuple[float, float, int]] = []
+
+
+def _note_save(step: int, seconds: float) -> None:
+    """Record how long a checkpoint took to save and when (``cadence.json`` in the control
+    dir: the notebook side sets the interval between saves against the Young/Daly optimum)."""
+    control = _control_dir()
+    if not control or is_smoke():
+        return
+    _SAVES.append((time.time(), seconds, step))
+    del _SAVES[:-20]
+    record = {
+        "saves": [{"at": at, "save_s": round(took, 4), "step": s} for at, took, s in _SAVES],
+    }
+    try:
+        _write_json_atomic(os.path.join(control, "cadence.json"), record)
+    except OSError:
+        pass  # the advice is a nicety; the checkpoint itself is saved
 
 
 def _writer(data: bytes) -> Callable[[Any], None]:

@@ -221,6 +221,7 @@ def probe_one(item: Dict[str, Any], encode: bool = True) -> Dict[str, Any]:
         "resources": _text(os.path.join(control, "resources.json")),
         "bucket": _text(os.path.join(control, "bucket.json")),
         "findings": _text(os.path.join(control, "findings.json")),
+        "cadence": _text(os.path.join(control, "cadence.json")),
         "error": _text(os.path.join(control, "error.json")) if exit_text else None,
         "log": read_from(
             os.path.join(control, "log"),

@@ -37,6 +37,7 @@ from ..transport.bucket import check as check_bucket
 from ..transport.bucket import credentials as bucket_credentials
 from .audit import audit_cache, audit_host
 from .billing import budgets_for
+from .cadence import launch_note
 from .phases import phase
 from .secrets import drop_leftover_secrets
 from .smoke import run_smoke
@@ -228,6 +229,7 @@ def prepare(
         bucket=bucket_record,
         instance_id=instance_id,
         budgets=budgets,
+        spot=_spot(profile),
         cost_per_hour=float(profile.cost_per_hour) if profile.cost_per_hour else None,
         python=tgt.python,
         cwd=staged.paths["code_dir"],
@@ -273,6 +275,14 @@ def _register(tgt: Target, prepared: Prepared) -> None:
     )
     if not prepared.durability_ok:
         tgt.registry.event(spec.job_id, "durability_overridden", **spec.durability)
+
+
+def _spot(profile: Profile) -> dict[str, Any]:
+    """The spot facts a job's cadence advice needs, where the machine may be reclaimed."""
+    spot = profile.spot
+    if not spot.get("available"):
+        return {}
+    return {k: spot[k] for k in ("grace_s", "reclaims_per_day") if spot.get(k) is not None}
 
 
 def job_name(req: LaunchRequest) -> str:
@@ -345,6 +355,9 @@ def submit_prepared(
         )
         rows.append(tgt.registry.get(job_id))
     rows[0]["notices"] = notices + first_contact_notices(tgt.registry, tgt.profile)
+    note = launch_note(members[0].spec.spot)
+    if note:
+        rows[0]["notices"].append(note)
     return rows
 
 

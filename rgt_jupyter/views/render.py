@@ -269,6 +269,8 @@ def snapshot_text(snap: Snapshot, traceback_lines: list[str] | None = None, rate
         lines.append(f"  cost: {snap.cost}")
     if bucket_text(snap.bucket):
         lines.append(f"  checkpoints: {bucket_text(snap.bucket)}")
+    if snap.cadence:
+        lines.append(f"  {snap.cadence}")
     lines.extend(findings_lines(snap.findings))
     log = log_before_traceback(snap.log_tail) if traceback_lines else snap.log_tail
     if log:
@@ -361,6 +363,8 @@ def snapshot_html(
         rows.append(
             f"<div class='rgt-bucket{warn}'>checkpoints: {e(bucket_text(snap.bucket))}</div>"
         )
+    if snap.cadence:
+        rows.append(f"<div class='rgt-cadence rgt-warn'>{e(snap.cadence)}</div>")
     if snap.watcher:
         details.append(snap.watcher)
     if snap.audit:

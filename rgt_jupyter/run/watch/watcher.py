@@ -413,6 +413,7 @@ class Watcher:
                 ("resources.json", "resources"),
                 ("bucket.json", "bucket"),
                 ("findings.json", "findings"),
+                ("cadence.json", "cadence"),
                 ("error.json", "error"),
             )
         }
