@@ -45,6 +45,13 @@ MATRIX: dict[str, str] = {
     "F11-clock-skew": "clock skew of +/-1 h between the hosts",
     # 12. the gate
     "F12-late-checkpoint": "a new checkpoint appearing after verification",
+    # 13. the object-storage tier
+    "F13-bucket-credentials": "bucket credentials wrong or unknown",
+    "F13-bucket-refuses-writes": "a bucket that refuses writes (read-only credentials)",
+    "F13-upload-kill": "SIGKILL mid-upload of a checkpoint; objects without or against records",
+    # 14. rented machines that go away
+    "F14-observe-outage": "the platform unreachable when asked whether a machine is gone",
+    "F14-replacement-no-boot": "a replacement machine that does not boot",
     # records that must not lie, under kills, races and damage
     "R1-agent-killed": "SIGKILL of the agent alone, its job's process living on",
     "R2-name-race": "several processes launching one name at the same moment",
