@@ -138,3 +138,13 @@ def test_launch_ssh_bench_times_the_magic_over_ssh(tmp_path: Path) -> None:
     _bench("launch_ssh.py", "--n", "2", "--out", str(out))
     report = json.loads(out.read_text())
     assert report["benchmark"] == "launch_ssh" and report["n"] == 2
+
+
+def test_probes_bench_times_both_sides_interleaved(tmp_path: Path) -> None:
+    out = tmp_path / "probes.json"
+    _bench("probes.py", "--rounds", "2", "--steps", "20", "--width", "64", "--out", str(out))
+    report = json.loads(out.read_text())
+    assert set(report["samples_step_s"]) == {"plain", "probed"}
+    assert all(len(v) == 2 and min(v) > 0 for v in report["samples_step_s"].values())
+    assert len(report["block_ratios"]) == 2 and isinstance(report["overhead_percent"], float)
+    assert report["goals"] == {"overhead_percent_max": 2.0}
