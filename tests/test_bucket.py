@@ -12,6 +12,8 @@ from pathlib import Path
 from rgt_jupyter import submit
 from rgt_jupyter.api import Job
 from rgt_jupyter.jobs.request import LaunchRequest
+from rgt_jupyter.run.teardown import compute_gate
+from rgt_jupyter.store.registry import Registry
 from rgt_jupyter.transport.bucket import BucketConfig, complete
 from rgt_jupyter.views.render import snapshot_text
 
@@ -101,6 +103,9 @@ def test_checkpoints_reach_the_bucket_and_a_new_machine_continues_from_it_bit_id
     assert "durable in the bucket" in snapshot_text(snap) and "step 3" in snapshot_text(snap)
     job.stop()
     assert job.wait(120) == "preempted"
+    gate = compute_gate(Registry(project).get(job.id), project)  # what outlives the machine
+    assert any(f"checkpoint of step 3 in {lineage}" in line for line in gate.survives)
+    assert f"checkpoint of step 3 in {lineage} (its upload verified)" in gate.text()
 
     # the machine is gone with its disk: only the bucket holds the checkpoints
     shutil.rmtree(job.spec.ckpt_dir)

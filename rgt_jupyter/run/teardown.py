@@ -8,9 +8,8 @@ from what a remote claims. For every job of the machine (the latest attempt of e
 3. every hash matches: the fresh remote hash, the pulled run's manifest, and the pulled bytes
    (re-hashed now, where size, mtime, ctime or inode changed since they were hashed);
 4. every pulled checkpoint loads (``weights_only=True`` and an allowlist of plain data types,
-   separate time-limited process); one pickled with a class outside the allowlist is not loaded
-   (``pickled: not loaded, it would run code``): it passes verified by sha256 only, and the line
-   is shown with the gate and kept in every decision record (``disclosed``);
+   separate time-limited process); one pickled with a class outside it is not loaded: it passes
+   verified by sha256 only, said with the gate and kept in every decision (``disclosed``);
 5. the code deployed on the machine is the code intended (re-hashed there now);
 6. no checkpoint appeared after the pull was verified.
 
@@ -41,6 +40,7 @@ from ..store.fsutil import atomic_write_bytes
 from ..store.hashcache import HashCache
 from ..store.registry import Registry
 from ..transport import Transport, get_transport
+from .bucket_copy import bucket_copies
 from .phases import phase
 from .pull import remote_listing
 from .pull.formats import PASSING, PICKLED_LINE, disclosures, to_check, verdict
@@ -377,10 +377,10 @@ def compute_gate(row: dict[str, Any], project: Path) -> Gate:
     ms = machine.profile.meter_stop
     destroys: list[str] = []
     survives: list[str] = []
-    for tier in machine.profile.tiers_in_effect():
-        # ``~``: the home dir on the machine, as a path the user reads.
+    for tier in machine.profile.tiers_in_effect():  # ``~``: the home dir there, for the user
         text = f"{tier.label} ({machine.profile.expand(tier.path, project, '~')})"
         (survives if tier.survives(ms.effect) else destroys).append(text)
+    survives += bucket_copies(jobs, transports)  # what the bucket holds outlives the machine
     return Gate(
         machine=machine,
         jobs=[j["id"] for j in jobs],
