@@ -13,6 +13,7 @@ from .errors import UsageError
 
 Spec = tuple[tuple[str, ...], dict[str, Any]]
 
+
 RUN_ARGS: list[Spec] = [
     (("--profile",), {"default": None, "help": "profile to run on (default: local)"}),
     (
@@ -59,6 +60,17 @@ RUN_ARGS: list[Spec] = [
             "default": None,
             "help": "run the program on this machine first with RGT_SMOKE=1 under a time "
             "budget; a failure blocks the launch (default: the profile's)",
+        },
+    ),
+    (
+        ("--smoke=overfit",),
+        {
+            "action": "store_const",
+            "const": "overfit",
+            "dest": "smoke",
+            "help": "the overfit-one-batch smoke: the loop's batches (through timed_data) are "
+            "its first batch again and again, and the launch is blocked unless the loss "
+            "(watch_model(...).loss) falls as far as a model that can learn makes it fall",
         },
     ),
     (
@@ -175,8 +187,8 @@ _OPTION_NAMES = {"secret": "secrets", "grace": "grace_s"}
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
     """The launch options a line parsed with :data:`RUN_ARGS` holds, by ``submit``'s names."""
     out = {}
-    for flags, _ in RUN_ARGS:
-        attr = flags[0].lstrip("-").replace("-", "_")
+    for flags, kw in RUN_ARGS:
+        attr = kw.get("dest") or flags[0].lstrip("-").replace("-", "_")
         out[_OPTION_NAMES.get(attr, attr)] = getattr(args, attr)
     return out
 

@@ -24,6 +24,7 @@ Stdlib only at import (Python 3.8+); torch is used through the objects handed in
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 from collections.abc import Callable
@@ -87,6 +88,7 @@ class ModelWatch:
         self._checks = 0
         self._skips = 0
         self._last_scale: float | None = None
+        self._losses: list[float] = []
         self._handles: list[Any] = []
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(self._pre))
@@ -300,6 +302,8 @@ class ModelWatch:
         """Check one step's loss, after its ``optimizer.step()`` (or give its ``step``); its
         float is taken (a sync on a GPU). A NaN/Inf is a finding at the step it first appears."""
         number = float(value.detach() if hasattr(value, "detach") else value)
+        if job.smoke_mode() == "overfit":
+            self._overfit_loss(number)
         if not math.isfinite(number):
             at = max(self.step, 1) if step is None else int(step)
             report(
@@ -310,6 +314,29 @@ class ModelWatch:
                 "check the batch at this step, compute the loss in fp32, lower the LR, clip "
                 "gradients",
                 at,
+            )
+
+    def _overfit_loss(self, number: float) -> None:
+        """Under ``--smoke=overfit`` (the same first batch each step): once the smoke's steps
+        are seen, whether the loss fell as far as it must (``overfit.json`` for the smoke)."""
+        self._losses.append(number)
+        if len(self._losses) != job.OVERFIT_STEPS:
+            return
+        first, last = self._losses[0], min(self._losses[-3:])
+        passed = math.isfinite(first) and math.isfinite(last) and last <= OVERFIT_DROP * first
+        seen = (
+            f"on one fixed batch the loss went from {first:.4g} to {last:.4g} in "
+            f"{len(self._losses)} steps (it must fall to {OVERFIT_DROP:g} of its start)"
+        )
+        control = os.environ.get("RGT_CONTROL_DIR")
+        if control:
+            with open(os.path.join(control, "overfit.json"), "w") as fh:
+                json.dump({"passed": passed, "first": first, "last": last, "seen": seen}, fh)
+        if not passed:
+            causes = "; ".join(f"({i}) {c}" for i, c in enumerate(OVERFIT_CAUSES, 1))
+            report("cannot_overfit", seen, causes, "fix the first cause that applies")
+            raise OverfitFailed(
+                f"the model cannot overfit one batch: {seen}. Usual causes: {causes}"
             )
 
     def remove(self) -> None:

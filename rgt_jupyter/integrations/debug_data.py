@@ -293,7 +293,14 @@ def data_seconds(loader: Any) -> float:
 def timed_data(loader: Any) -> Iterator[Any]:
     """Iterate ``loader``, timing the wait for each batch against the time the loop spends on
     it (on a GPU that includes the kernels only where the loop syncs, e.g. ``loss.item()``).
-    A loop that waits for data most of the time is a finding (data-bound)."""
+    A loop that waits for data most of the time is a finding (data-bound). Under
+    ``--smoke=overfit`` it hands out the first batch ``job.OVERFIT_STEPS`` times instead."""
+    if job.smoke_mode() == "overfit":
+        for batch in iter(loader):
+            for _ in range(job.OVERFIT_STEPS):
+                yield batch
+            return
+        return
     times = _times(loader)
     it = iter(loader)
     index = 0

@@ -34,7 +34,9 @@ class LaunchRequest:
     push: list[str] = field(default_factory=list)
     inputs: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
-    smoke: bool | None = None
+    #: Run the CPU smoke first (None: the profile's default); ``"overfit"``: the overfit one
+    #: batch smoke (``--smoke=overfit``).
+    smoke: bool | str | None = None
     smoke_timeout: float = 120.0
     gpus: str | None = None
     host: str | None = None

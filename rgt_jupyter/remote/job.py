@@ -47,6 +47,8 @@ __all__ = [
     "CheckpointNotSaved",
     "preempted",
     "is_smoke",
+    "smoke_mode",
+    "OVERFIT_STEPS",
     "is_resume",
     "seed_everything",
     "out_dir",
@@ -107,6 +109,15 @@ def secret(name: str) -> str:
 def is_smoke() -> bool:
     """True during the CPU smoke run (``RGT_SMOKE=1``): use tiny shapes and a step or two."""
     return os.environ.get("RGT_SMOKE") == "1"
+
+
+#: Steps of the ``--smoke=overfit`` smoke: its first batch, handed out this many times.
+OVERFIT_STEPS = 40
+
+
+def smoke_mode() -> str:
+    """The smoke run's mode: ``"overfit"`` under ``--smoke=overfit``, else ``""``."""
+    return os.environ.get("RGT_SMOKE_MODE", "") if is_smoke() else ""
 
 
 def is_resume() -> bool:

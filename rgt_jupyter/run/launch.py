@@ -251,7 +251,7 @@ def prepare(
         ),
         pushed=staged.pushed,
         inputs=staged.inputs,
-        smoke=smoke_run,
+        smoke=bool(smoke_run),
         created_at=time.time(),
         previous_job=previous["id"] if previous else None,
         code_changed=bool(resume and prev_spec and prev_spec.code_hash != hash_),

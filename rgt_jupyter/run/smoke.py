@@ -69,6 +69,8 @@ def run_smoke(
             }
         )
         run_env.pop("RGT_RESUME", None)
+        if req.smoke == "overfit":
+            run_env["RGT_SMOKE_MODE"] = "overfit"
         argv = [sys.executable, str(remote.path("agent.py")), "cell", paths["program"]]
         try:
             proc = subprocess.run(
@@ -103,3 +105,27 @@ def run_smoke(
                 f"the CPU smoke run failed (exit {proc.returncode}); nothing was launched",
                 [*lines, "(--no-smoke skips the smoke run)"],
             )
+        if req.smoke == "overfit":
+            _check_overfit(Path(tmp))
+
+
+def _check_overfit(control: Path) -> None:
+    """The verdict of ``--smoke=overfit``: the loss the loop reported on its first batch, fed
+    again and again, fell as far as it must; refused when no verdict was reached."""
+    try:
+        verdict = json.loads((control / "overfit.json").read_text())
+    except (OSError, ValueError):
+        raise SmokeFailed(
+            "--smoke=overfit reached no verdict, so the launch was blocked",
+            [
+                "Take the batches through rgt_jupyter.integrations.debug_data.timed_data(loader)"
+                " (in this smoke it hands out the first batch again and again) and report each "
+                "loss with watch_model(model, optimizer).loss(loss).",
+                "Or: --smoke without =overfit.",
+            ],
+        ) from None
+    if not verdict.get("passed"):
+        raise SmokeFailed(
+            "the model cannot overfit one batch, so the launch was blocked",
+            [str(verdict.get("seen", "")), "(--smoke without =overfit skips this check)"],
+        )
