@@ -4,6 +4,7 @@ view; the same job without the bugs raises no finding."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,10 @@ def test_planted_training_bugs_are_named_in_real_jobs_and_their_controls_are_qui
     assert "rgt-findings" in snapshot_html(snap)
     assert clean.snapshot().findings == []
     assert "training findings" not in snapshot_text(clean.snapshot())
+    # the pulled run keeps them, beside its provenance
+    pulled = json.loads((Path(buggy.pull().path) / "run.json").read_text())
+    assert {f["kind"] for f in pulled["findings"]} >= set(CAUGHT)
+    assert json.loads((Path(clean.pull().path) / "run.json").read_text())["findings"] == []
 
 
 #: A loss that falls, spikes once at step 30 (a bad batch), then falls on; and a resume from a

@@ -394,6 +394,7 @@ def _land(
         env_rec = read_record(records, f"{control}/env.json")[0]
         torch_rec = read_record(records, f"{control}/torch.json")[0]
         config_path = partial / "outputs" / "config.json"
+        found = read_record(records, f"{control}/findings.json")[0] or {}  # the probes' word
         run_json = build_run_json(
             run_id=run_id,
             spec=spec,
@@ -403,6 +404,7 @@ def _land(
             config=json.loads(config_path.read_text()) if config_path.exists() else None,
             verification=verification,
             pulled_at=time.time(),
+            findings=[f for f in found.get("findings") or [] if isinstance(f, dict)],
         )
         run_json["state_at_pull"] = state
         _write_json(partial / "run.json", run_json)

@@ -34,8 +34,10 @@ def build_run_json(
     config: dict[str, Any] | None,
     verification: dict[str, Any],
     pulled_at: float,
+    findings: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The provenance record of a pulled run, with its ``provenance_hash``."""
+    """The provenance record of a pulled run, with its ``provenance_hash``; ``findings``: what
+    the training-debug probes disclosed (``findings.json``)."""
     env = env or {}
     record: dict[str, Any] = {
         "schema": "rgt-run/1",
@@ -85,6 +87,7 @@ def build_run_json(
             **{k: verification[k] for k in ("verified", "reference", "summary")},
             "files": _capped(verification.get("files") or {}),
         },
+        "findings": findings or [],
     }
     record["provenance_hash"] = canonical_hash(record)
     return record
