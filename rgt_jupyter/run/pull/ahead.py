@@ -25,6 +25,7 @@ RECORDS = (
     "manifest.json",
     "env.json",
     "torch.json",
+    "findings.json",
     "log",
 )
 #: Files longer than this are read the usual way...
