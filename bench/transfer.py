@@ -452,7 +452,13 @@ def fixed_costs(box: SshBox, dest: Path, repeats: int) -> dict[str, Any]:
         pulls.append(time.perf_counter() - t0)
         if not run.verified:
             raise RuntimeError(run.text())
-    out["pull_three_small_checkpoints_s"] = {"median": statistics.median(pulls), "samples": pulls}
+    out["pull_three_small_checkpoints_s"] = {
+        "median": statistics.median(pulls),
+        "samples": pulls,
+        "what": "Job.pull of a job with three small torch checkpoints, one after another in one "
+        "process, each from a cold SSH connection: the first also waits for the checkpoint "
+        "loader's start and torch import, the later ones find that loader warm",
+    }
 
     env = {**installed, "RGT_PROJECT": str(box.project)}
     rgt = [sys.executable, "-m", "rgt_jupyter"]

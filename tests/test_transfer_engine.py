@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import random
+import signal
 import socket
 import threading
 import time
@@ -24,7 +25,7 @@ from rgt_jupyter import submit
 from rgt_jupyter.api import Job
 from rgt_jupyter.jobs.request import LaunchRequest
 from rgt_jupyter.run.pull.ahead import LIMIT
-from rgt_jupyter.run.pull.loader import Loader, load_checkpoints
+from rgt_jupyter.run.pull.loader import Loader, load_checkpoints, shared_loader
 from rgt_jupyter.run.pull.transfer import RANGED_MIN, SPLIT_MIN, parallel_streams
 from rgt_jupyter.store.hashcache import HashCache
 from rgt_jupyter.transport.ssh import SSHTransport, connect
@@ -196,9 +197,51 @@ def test_the_warm_loader_limits_each_file_and_goes_on(tmp_path: Path) -> None:
     assert results["stuck.pt"]["verdict"] == "failed"
     assert "longer than 8 s" in results["stuck.pt"]["detail"]
     assert all(results[p.name]["verdict"] == "loaded" for p in good), results
-    assert loader.started == 2  # one process for the files, a fresh one after the stuck file
+    # One loader for every file: the stuck file's own child was killed, the loader went on.
+    assert loader.started == 1
     together = load_checkpoints(good)
     assert all(r["verdict"] == "loaded" for r in together.values())
+    started = shared_loader().started
+    again = load_checkpoints(good[:1])  # a second pull in this process: the same warm loader
+    assert again[str(good[0])]["verdict"] == "loaded"
+    assert shared_loader().started == started
+
+
+def test_a_load_that_kills_its_process_fails_alone(tmp_path: Path) -> None:
+    """A file whose load takes the loading process down is reported failed, and the files after
+    it still load: each file is loaded in a child of its own."""
+    import torch
+
+    good = tmp_path / "good.pt"
+    torch.save({"w": torch.zeros(2)}, good)
+    loader = Loader()
+    try:
+        loader.warm()
+        proc = loader._proc
+        assert proc is not None
+        # Every child the loader forks for this file is killed as it starts loading.
+        victim = tmp_path / "victim.pt"
+        os.mkfifo(victim)
+
+        def kill_children() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+                if kids:
+                    os.kill(int(kids[0]), signal.SIGKILL)
+                    return
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_children)
+        killer.start()
+        crashed = loader.check(victim, limit=300)
+        killer.join()
+        after = loader.check(good, limit=60)
+    finally:
+        loader.close()
+    assert crashed["verdict"] == "failed" and "SIGKILL" in crashed["detail"], crashed
+    assert after["verdict"] == "loaded", after
+    assert loader.started == 1
 
 
 def test_rgt_jobs_reads_ended_jobs_from_the_record(project: Path, box: Path) -> None:

@@ -33,11 +33,15 @@ import collections
 import contextlib
 import datetime
 import json
+import os
 import pathlib
 import pickletools
 import re
+import select
+import signal
 import struct
 import sys
+import time
 import types
 import zipfile
 from dataclasses import dataclass, field
@@ -419,16 +423,101 @@ def check(path: Path) -> dict[str, Any]:
         return out
 
 
-def serve() -> int:
-    """Answer one JSON path per line of stdin with one JSON result line, until stdin ends (the
-    warm loader of :mod:`rgt_jupyter.run.pull.loader`). torch is imported first, while the pull
-    that started this process is still bringing the files."""
+#: Seconds the warm loader waits for its next file before it exits (the caller starts a new
+#: one when it needs one again).
+IDLE_S = 600.0
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _signal_name(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(number).name}"
+        return f"killed by signal {number}"
+    return f"exit {os.waitstatus_to_exitcode(status)}"
+
+
+def isolated(path: Path, limit: float) -> dict[str, Any]:
+    """:func:`check` of ``path`` in a child forked for it alone, killed past ``limit`` seconds:
+    whatever the file does to the process that loads it (a hang, a crash, memory it fills)
+    ends with that process; this one never loads anything and goes on to the next file."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: load, answer, exit without running this process's exit handlers
+        try:
+            os.close(read_end)
+            os.dup2(2, 1)  # a print while loading must not reach the caller's answers
+            _write_all(write_end, json.dumps(check(path)).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + limit
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return {
+                    "ok": False,
+                    "verdict": "failed",
+                    "detail": f"loading took longer than {limit:.0f} s",
+                }
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+    status = os.waitpid(pid, 0)[1]
+    with contextlib.suppress(ValueError):
+        answer: dict[str, Any] = json.loads(b"".join(chunks))
+        return answer
+    return {
+        "ok": False,
+        "verdict": "failed",
+        "detail": f"the process loading it died ({_signal_name(status)})",
+    }
+
+
+def serve(idle_s: float = IDLE_S) -> int:
+    """The warm loader of :mod:`rgt_jupyter.run.pull.loader`: one request per line of stdin
+    (``{"path": ..., "limit": seconds}``, or a JSON path alone: no limit), one JSON result line
+    each. torch is imported once, first; each file is then loaded in a child forked for it
+    (:func:`isolated`), so every load starts from a process that has loaded nothing. Exits at
+    the end of stdin, or after ``idle_s`` seconds without a request."""
     with contextlib.suppress(ImportError):
-        import torch  # noqa: F401  # deferred: imported ahead, so the first load waits for nothing
-    for line in sys.stdin:
-        sys.stdout.write(json.dumps(check(Path(json.loads(line)))) + "\n")
+        import torch  # noqa: F401  # deferred: imported once, before the first file, for all
+    fd = sys.stdin.fileno()
+    pending = b""
+    while True:
+        if b"\n" not in pending:
+            if not select.select([fd], [], [], idle_s)[0]:
+                return 0
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return 0
+            pending += chunk
+            continue
+        line, pending = pending.split(b"\n", 1)
+        request = json.loads(line)
+        if isinstance(request, str):
+            path, limit = Path(request), None
+        else:
+            path, limit = Path(request["path"]), request.get("limit")
+        if limit is None or not hasattr(os, "fork"):
+            result = check(path)  # the caller's own limit stops this process
+        else:
+            result = isolated(path, float(limit))
+        sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()
-    return 0
 
 
 def main(argv: list[str]) -> int:

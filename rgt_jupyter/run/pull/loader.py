@@ -1,31 +1,36 @@
 """Checkpoints loaded in one warm, separate process, each under its own time limit.
 
 The loader (``python -m rgt_jupyter.run.safe_load --serve``) imports torch once and then takes
-one path per line on its stdin, answering each with one JSON line (:func:`safe_load.check`). A
-pull, or a gate over many jobs, thus pays one interpreter start and one torch import, not one per
-checkpoint. A load that runs past its limit (a hostile or broken file) has its process killed:
-that file is reported ``failed`` and the next file gets a fresh process. Nothing is ever loaded
-in this process.
+one request per line on its stdin, answering each with one JSON line (:func:`safe_load.check`).
+Each file is loaded in a child it forks for that file alone (:func:`safe_load.isolated`), killed
+past the file's limit: a hostile or broken file ends with its own process, reported ``failed``,
+and the next file starts from a process that has loaded nothing. Nothing is ever loaded in this
+process.
 
-:func:`warm_loader` keeps one loader for a block (a gate's checks across jobs);
-:func:`load_checkpoints` uses it, or one of its own for the call.
+One loader serves the whole process (:func:`shared_loader`): a pull, a gate over many jobs, and
+the next pull in the same notebook pay one interpreter start and one torch import between them,
+not one per checkpoint or per pull. It exits on its own after :data:`safe_load.IDLE_S` seconds
+without a file (its memory is given back), and a fresh one is started when needed again.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
-import contextvars
 import json
 import os
 import select
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import IO, Any
+
+from ..safe_load import IDLE_S
 
 #: Seconds a fresh loader may take to start (the interpreter and its torch import), on top of
 #: its first file's own limit.
@@ -34,7 +39,8 @@ START_S = 120.0
 BASE_S = 60.0
 BYTES_PER_S = 20e6
 
-_CURRENT: contextvars.ContextVar[Loader | None] = contextvars.ContextVar("rgt_loader", default=None)
+#: Seconds the caller allows on top of a file's limit, which the loader itself enforces.
+MARGIN_S = 30.0
 
 
 def limit_for(path: Path) -> float:
@@ -53,6 +59,8 @@ class Loader:
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
         self._fresh = False
+        self._last = 0.0
+        self._lock = threading.Lock()
         self.started = 0  # processes started (a test reads it)
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -71,27 +79,43 @@ class Loader:
         self._fresh = True
         return self._proc
 
+    def _live(self) -> subprocess.Popen[bytes] | None:
+        """The process when it is running and not about to exit for idleness."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return None
+        if not self._fresh and time.monotonic() - self._last > IDLE_S - MARGIN_S:
+            self.close()  # it is about to leave on its own: do not race it
+            return None
+        return proc
+
     def warm(self) -> None:
-        """Start the process now (it imports torch while the caller goes on)."""
-        if self._proc is None or self._proc.poll() is not None:
-            self._start()
+        """Start the process now unless it runs (it imports torch while the caller goes on)."""
+        with self._lock:
+            if self._live() is None:
+                self._start()
+                self._last = time.monotonic()
 
     def check(self, path: Path, limit: float | None = None) -> dict[str, Any]:
         """The load result of ``path`` (``verdict``: loaded, pickled, refused or failed)."""
-        limit = limit_for(path) if limit is None else limit
-        proc = self._proc if self._proc is not None and self._proc.poll() is None else None
-        if proc is None:
-            proc = self._start()
-        allowed = limit + (START_S if self._fresh else 0.0)
+        with self._lock:
+            try:
+                return self._check(path, limit_for(path) if limit is None else limit)
+            finally:
+                self._last = time.monotonic()
+
+    def _check(self, path: Path, limit: float) -> dict[str, Any]:
+        proc = self._live() or self._start()
+        allowed = limit + MARGIN_S + (START_S if self._fresh else 0.0)
         self._fresh = False
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            proc.stdin.write(json.dumps(str(path)).encode() + b"\n")
+            proc.stdin.write(json.dumps({"path": str(path), "limit": limit}).encode() + b"\n")
             proc.stdin.flush()
         except OSError:
             return self._crashed()
         line = self._answer(proc, allowed)
-        if line is None:
+        if line is None:  # the loader itself stopped answering: a fresh one for the next file
             self.close()
             return {
                 "ok": False,
@@ -152,20 +176,24 @@ class Loader:
             self._stderr = None
 
 
+_SHARED: Loader | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_loader() -> Loader:
+    """The process's one loader (started on first use, stopped when the process exits)."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = Loader()
+            atexit.register(_SHARED.close)
+        return _SHARED
+
+
 @contextlib.contextmanager
 def warm_loader() -> Iterator[Loader]:
-    """One loader for every :func:`load_checkpoints` inside the block."""
-    current = _CURRENT.get()
-    if current is not None:
-        yield current
-        return
-    loader = Loader()
-    token = _CURRENT.set(loader)
-    try:
-        yield loader
-    finally:
-        _CURRENT.reset(token)
-        loader.close()
+    """The shared loader for a block (a pull, a gate's checks across jobs)."""
+    yield shared_loader()
 
 
 def load_checkpoints(paths: list[Path], timeout: float | None = None) -> dict[str, dict[str, Any]]:
@@ -173,5 +201,5 @@ def load_checkpoints(paths: list[Path], timeout: float | None = None) -> dict[st
     limit (``timeout`` seconds when given, else by its size: :func:`limit_for`)."""
     if not paths:
         return {}
-    with warm_loader() as loader:
-        return {str(p): loader.check(p, timeout) for p in paths}
+    loader = shared_loader()
+    return {str(p): loader.check(p, timeout) for p in paths}
