@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shlex
 import shutil
 import sqlite3
@@ -56,6 +57,32 @@ def test_pushed_inputs_are_versioned_per_job(project: Path) -> None:
     assert first.log().strip() == "v1" and second.log().strip() == "v2"
     assert (Path(first.spec.code_dir) / "data.txt").read_text() == "v1"
     assert first.spec.code_hash != second.spec.code_hash
+
+
+def test_a_damaged_pushed_object_is_sent_again_whatever_its_mtime(project: Path) -> None:
+    """An object of the push store is copied into a later job without being read again only
+    while its stamp (size, mtime, ctime, inode at the time it was hashed) holds: bytes changed
+    in the store, with the mtime put back, are hashed, refused, deleted and sent again."""
+    data = project / "data.bin"
+    data.write_bytes(os.urandom(300_000))
+    sha = hashlib.sha256(data.read_bytes()).hexdigest()
+    program = "import hashlib\nprint(hashlib.sha256(open('data.bin','rb').read()).hexdigest())\n"
+    first = submit(LaunchRequest(program=program, name="s1", push=[str(data)]), project)
+    assert first.wait(60) == "finished" and first.log().strip() == sha
+    objects = Path(first.spec.control_dir).parent / ".objects"
+    obj = objects / sha[:2] / sha
+    stamp = json.loads((objects / sha[:2] / f"{sha}.ok").read_text())
+    st = obj.stat()
+    assert stamp == [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    second = submit(LaunchRequest(program=program, name="s2", push=[str(data)]), project)
+    assert second.wait(60) == "finished" and second.log().strip() == sha  # by the stamp
+    damaged = bytearray(obj.read_bytes())
+    damaged[1000] ^= 0xFF
+    obj.write_bytes(bytes(damaged))
+    os.utime(obj, ns=(st.st_atime_ns, st.st_mtime_ns))  # the same size and mtime as stamped
+    third = submit(LaunchRequest(program=program, name="s3", push=[str(data)]), project)
+    assert third.wait(60) == "finished" and third.log().strip() == sha
+    assert hashlib.sha256(obj.read_bytes()).hexdigest() == sha  # sent again, whole
 
 
 def test_registry_is_wal_and_shared(project: Path) -> None:

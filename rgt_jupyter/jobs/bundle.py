@@ -37,13 +37,14 @@ def push_files(
     objects: str,
     pushed: list[tuple[Path, str]],
 ) -> dict[str, str]:
-    """Push files content-addressed: only objects the remote store lacks are sent; the agent
-    then copies them into ``<control>/code`` (a per-job dir: a live job's inputs never change).
-    Returns ``{rel: sha256}``.
+    """Push files content-addressed into ``<control>/code`` (a per-job dir: a live job's inputs
+    never change): the agent copies there every object the remote store holds, in one command,
+    and only the objects it lacks are sent, then placed. Returns ``{rel: sha256}``.
 
     Each object travels under a temporary name and gets its own (its sha256) only once whole,
-    and the agent hashes every copy, so a push cut short leaves nothing that a later launch
-    would take for sent; that launch sends only what is missing."""
+    and the agent hashes each copy unless the object's stamp says it is unchanged since it was
+    hashed and matched (:func:`rgt_jupyter.remote.agent.place`): a push cut short leaves nothing
+    that a later launch would take for sent, and a damaged object is deleted and sent again."""
     if not pushed:
         return {}
     sent: list[str] = []
@@ -83,22 +84,21 @@ def _push(
         return json.loads(result.stdout)
 
     local_of = {sha: local for (local, rel) in pushed for sha in [wanted[rel]]}
-    missing = agent_json("have", objects, payload=sorted(set(wanted.values())))
-    for _ in range(2):
-        if transport.bulk and missing:
-            before = len(sent)
-            _send_objects(transport, python, objects, [(s, local_of[s]) for s in missing], sent)
-            unstored = sorted(set(missing) - set(sent[before:]))
-            if unstored:  # refused by their hash there (changed here since hashed?): once more
-                missing = unstored
-                continue
-        for sha in [] if transport.bulk else missing:
-            transport.put(local_of[sha], f"{objects}/{sha[:2]}/{sha}")
-            sent.append(sha)
-        bad = agent_json("materialize", objects, f"{control}/code", payload=wanted)["bad"]
-        if not bad:
+    todo = dict(wanted)  # what is still to be placed in the job's code dir
+    missing = agent_json("place", objects, f"{control}/code", payload=todo)["missing"]
+    for attempt in range(3):  # held objects are placed at once; the missing ones are sent
+        if not missing:
             return wanted
-        missing = bad  # a damaged object was dropped: send it again, once
+        if attempt == 2:
+            break
+        if transport.bulk:
+            _send_objects(transport, python, objects, [(s, local_of[s]) for s in missing], sent)
+        else:
+            for sha in missing:
+                transport.put(local_of[sha], f"{objects}/{sha[:2]}/{sha}")
+                sent.append(sha)
+        todo = {rel: sha for rel, sha in wanted.items() if sha in set(missing)}
+        missing = agent_json("place", objects, f"{control}/code", payload=todo)["missing"]
     raise LaunchError(f"objects kept arriving damaged on {transport.host}: {missing[:3]}")
 
 

@@ -7,8 +7,8 @@ Subcommands::
     agent.py cell PROGRAM           run PROGRAM as __main__ (the job process itself)
     agent.py manifest [--reuse=M] NAME=DIR...  print a JSON manifest (path, size, sha256) of dirs
     agent.py audit DIR...           print a JSON audit of this machine (disks of DIR..., cgroup, GPU)
-    agent.py have OBJDIR            print which of the sha256s on stdin are missing from OBJDIR
-    agent.py materialize OBJDIR DEST  copy objects to DEST/<rel> for the {rel: sha256} on stdin
+    agent.py place OBJDIR DEST      copy objects to DEST/<rel> for the {rel: sha256} on stdin;
+                                    print the sha256s it lacks
     agent.py env                    print a JSON description of this interpreter and machine
 
 A launch arrives as one zip bundle whose ``__main__.py`` unpacks it into CONTROL_DIR (the secrets,
@@ -1366,40 +1366,99 @@ def _object_path(objdir: str, sha: str) -> str:
     return os.path.join(objdir, sha[:2], sha)
 
 
-def have(objdir: str) -> int:
-    """Print the sha256s (read as a JSON list on stdin) that OBJDIR does not hold yet."""
-    wanted = json.loads(sys.stdin.read())
-    missing = [sha for sha in wanted if not os.path.isfile(_object_path(objdir, sha))]
-    sys.stdout.write(json.dumps(missing))
-    return 0
+def _stamp(st: os.stat_result) -> List[int]:
+    """What a verified object's stamp records: it is unchanged while these are."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def materialize(objdir: str, dest: str) -> int:
-    """Copy objects into DEST for the ``{rel: sha256}`` on stdin, hashing each copy; an object
-    whose bytes do not match its name is deleted and reported, so it is sent again."""
+def _stamp_ok(src: str) -> bool:
+    """Whether ``src`` is unchanged since it was last hashed and found to match its name."""
+    try:
+        with open(src + ".ok") as fh:
+            return bool(json.load(fh) == _stamp(os.stat(src)))
+    except (OSError, ValueError):
+        return False
+
+
+def _clone(src: str, tmp: str) -> None:
+    """Copy ``src`` to ``tmp`` in the kernel: a reflink where the filesystem shares blocks
+    (btrfs, XFS), else ``copy_file_range``, else :func:`shutil.copyfile`."""
+    with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        try:
+            import fcntl  # deferred: POSIX only
+
+            fcntl.ioctl(fout.fileno(), 0x40049409, fin.fileno())  # FICLONE
+            return
+        except (ImportError, OSError):
+            pass
+        copy_range = getattr(os, "copy_file_range", None)
+        try:
+            while copy_range is not None and copy_range(fin.fileno(), fout.fileno(), 1 << 30):
+                pass
+            if copy_range is not None:
+                return
+        except OSError:
+            fout.seek(0)
+            fout.truncate()
+    shutil.copyfile(src, tmp)
+
+
+def _sha256_of(src: str) -> str:
+    digest = hashlib.sha256()
+    with open(src, "rb") as fin:
+        for chunk in iter(lambda: fin.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def place(objdir: str, dest: str) -> int:
+    """Copy objects into DEST for the ``{rel: sha256}`` on stdin; print the sha256s it could
+    not place (``{"missing": [...]}``): not held, or held with bytes that do not match their
+    name (deleted, so they are sent again).
+
+    An object is hashed first unless its stamp (``<sha>.ok``: size, mtime, ctime and inode,
+    written once it was hashed and matched) says it has not changed since. The first job to
+    take an object takes the store's own file (a hard link: nothing is copied); every later job
+    gets a copy of its own, made in the kernel, so no two jobs ever share a file and a job that
+    writes to its inputs changes only its own (and the object's stamp no longer holds: it is
+    hashed again, found changed, and sent again). The agent hashes every deployed file again
+    before the job starts."""
     entries = json.loads(sys.stdin.read())
-    bad = []
+    missing = []
     for rel, sha in sorted(entries.items()):
         parts = rel.split("/")
         if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
             raise ValueError("unsafe path %r" % rel)
         src = _object_path(objdir, sha)
+        if not os.path.isfile(src):
+            missing.append(sha)
+            continue
         target = os.path.join(dest, *parts)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        digest = hashlib.sha256()
         tmp = target + ".tmp-%d" % os.getpid()
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
-            for chunk in iter(lambda: fin.read(1 << 20), b""):
-                digest.update(chunk)
-                fout.write(chunk)
-        if digest.hexdigest() != sha:
-            os.unlink(tmp)
-            os.unlink(src)
-            bad.append(sha)
-            continue
+        if not _stamp_ok(src):
+            before = os.stat(src)
+            if _sha256_of(src) != sha:
+                os.unlink(src)
+                missing.append(sha)
+                continue
+            if _stamp(os.stat(src)) != _stamp(before):  # written to while it was read
+                missing.append(sha)
+                continue
+            write_json_atomic(src + ".ok", _stamp(before))
+        if os.stat(src).st_nlink == 1:  # no job holds it yet: this one takes the store's inode
+            try:
+                os.link(src, tmp)
+            except OSError:  # another filesystem, or links not allowed: a copy, below
+                pass
+            else:
+                os.replace(tmp, target)
+                write_json_atomic(src + ".ok", _stamp(os.stat(src)))  # a link moves the ctime
+                continue
+        _clone(src, tmp)
         os.chmod(tmp, os.stat(src).st_mode & 0o777)
         os.replace(tmp, target)
-    sys.stdout.write(json.dumps({"bad": bad}))
+    sys.stdout.write(json.dumps({"missing": sorted(set(missing))}))
     return 0
 
 
@@ -1454,10 +1513,8 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "audit":
         sys.stdout.write(json.dumps(audit(rest)))
         return 0
-    if cmd == "have" and len(rest) == 1:
-        return have(rest[0])
-    if cmd == "materialize" and len(rest) == 2:
-        return materialize(rest[0], rest[1])
+    if cmd == "place" and len(rest) == 2:
+        return place(rest[0], rest[1])
     if cmd == "env":
         sys.stdout.write(json.dumps(describe_env()))
         return 0

@@ -22,7 +22,8 @@ when ``when`` exists (the job ended), never while a job still writes.
 ``recv OBJDIR``: the reverse, for pushes into a content-addressed store. stdin holds a 4-byte
 length, that many bytes of JSON ``[[sha256, size], ...]``, then each object's bytes in that order.
 Each object is written under a temporary name, hashed, fsynced, and given its name (its sha256)
-only when the hash matches; one that does not is deleted and reported. A stream cut short leaves
+only when the hash matches, with a stamp beside it (``<sha256>.ok``: its size, mtime, ctime and
+inode then); one that does not match is deleted and reported. A stream cut short leaves
 the objects that came whole and nothing else. The answer on stdout is JSON
 ``{"stored": [...], "bad": [...]}``; exit 3 when the stream ended early.
 """
@@ -108,6 +109,16 @@ def _read_exact(fd: int, n: int) -> Optional[bytes]:
     return b"".join(chunks)
 
 
+def _stamp(obj: str) -> None:
+    """Record that ``obj`` was hashed and matched its name, as of its size, mtime, ctime and
+    inode now (the agent's ``place`` copies it unread while they hold)."""
+    st = os.stat(obj)
+    tmp = "%s.ok.tmp-%d" % (obj, os.getpid())
+    with open(tmp, "w") as fh:
+        json.dump([st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino], fh)
+    os.replace(tmp, obj + ".ok")
+
+
 def recv(objdir: str) -> int:
     fd = sys.stdin.fileno()
     head = _read_exact(fd, 4)
@@ -146,7 +157,9 @@ def recv(objdir: str) -> int:
             os.unlink(tmp)
             bad.append(sha)
             continue
-        os.replace(tmp, os.path.join(folder, sha))
+        final = os.path.join(folder, sha)
+        os.replace(tmp, final)
+        _stamp(final)
         stored.append(sha)
     sys.stdout.write(json.dumps({"stored": stored, "bad": bad}))
     return 0
