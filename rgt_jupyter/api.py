@@ -27,11 +27,12 @@ from .jobs.request import LaunchRequest, make_request
 from .jobs.snapshot import TERMINAL, Snapshot, as_launched
 from .jobs.spec import JobSpec
 from .jobs.tracebacks import traceback_lines
-from .run.billing import job_budget, job_cost
+from .run.billing import job_cost
 from .run.cadence import advice as cadence_advice
 from .run.launch import launch, update_spec
 from .run.pull import pull
 from .run.pull.formats import report_lines
+from .run.relaunch import relaunch_request
 from .run.secrets import drop_leftover_secrets
 from .run.seeds import launch_seeds
 from .store.fsutil import jsonl_records
@@ -282,24 +283,7 @@ class Job:
                 f"with `rgt resume {self.name} --fresh` (or Job.resume(fresh=True))"
             )
         # The stored program, pushed files and inputs are reused as they are: byte-identical.
-        req = LaunchRequest(
-            program="",
-            name=self.name,
-            profile=self.profile,
-            label=spec.label,
-            line_offset=spec.line_offset,
-            env=dict(spec.env),
-            smoke=False,
-            host=spec.host_alias,
-            secrets=list(spec.secret_names),
-            python=spec.python,
-            fresh=fresh,
-            grace_s=spec.grace_s,
-            ckpt_dir=spec.ckpt_root,
-            allow_ephemeral_ckpt=bool(spec.durability.get("overridden")),
-            reuse_code_of=spec,
-            budget=budget if budget is not None else job_budget(spec),
-        )
+        req = relaunch_request(spec, fresh=fresh, budget=budget)
         return Job(launch(req, self.project), self.project)
 
     def resume_on_new_machine(

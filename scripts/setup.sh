@@ -39,4 +39,9 @@ python -c "import torch" || { echo "torch did not install" >&2; exit 1; }
 python -m pip install -q -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
 python -c "import rgt_jupyter, nbclient, ipykernel, matplotlib, pytest, jupyterlab, playwright, transformers, accelerate, lightning, safetensors, tensorboard, boto3, moto.server" \
   || { echo "setup incomplete: a dependency failed to install" >&2; exit 1; }
-echo "rgt-jupyter is set up in .venv"
+# A real Ray cluster for the ray backend's tests, from an environment of its own (.venv-ray): Ray
+# pins its own dependencies, and the notebook side of the backend needs no ray (plain HTTP).
+[ -x .venv-ray/bin/python ] || "$PY" -m venv .venv-ray
+.venv-ray/bin/python -m pip install -q "ray[default]==2.60.0" 2>&1 | grep -v "^WARNING: Location" || true
+.venv-ray/bin/ray --version >/dev/null || { echo "setup incomplete: ray did not install" >&2; exit 1; }
+echo "rgt-jupyter is set up in .venv (and a Ray cluster's environment in .venv-ray)"

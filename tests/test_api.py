@@ -100,7 +100,7 @@ def test_a_profile_naming_no_backend_is_refused_with_the_choices(project: Path) 
     profiles = project / ".rgt" / "profiles"
     profiles.mkdir(parents=True)
     (profiles / "odd.toml").write_text('extends = "local"\nname = "odd"\nlauncher = "pbs"\n')
-    with pytest.raises(ProfileError, match="detached, k8s-job, sbatch, tmux"):
+    with pytest.raises(ProfileError, match="detached, k8s-job, ray, sbatch, tmux"):
         submit(PROGRAM, project, name="x", profile="odd")
     (profiles / "kube.toml").write_text('extends = "local"\nname = "kube"\nlauncher = "k8s-job"\n')
     with pytest.raises(UsageError, match='Kubernetes needs transport = "kubernetes"'):

@@ -21,7 +21,7 @@ from rgt_jupyter.store.registry import Registry
 from .machines import POD_ON_THIS_MACHINE
 
 BUILTINS = (
-    "local ssh slurm k8s autodl runpod vastai lambda paperspace colab "
+    "local ssh slurm k8s ray autodl runpod vastai lambda paperspace colab "
     "matpool gpushare featurize lanrui"
 ).split()
 

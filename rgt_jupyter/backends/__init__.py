@@ -23,6 +23,7 @@ BACKENDS: dict[str, str] = {
     "tmux": "rgt_jupyter.backends.detached:TmuxBackend",
     "sbatch": "rgt_jupyter.backends.slurm:SlurmBackend",
     "k8s-job": "rgt_jupyter.backends.k8s:K8sBackend",
+    "ray": "rgt_jupyter.backends.ray:RayBackend",
 }
 
 __all__ = ["BACKENDS", "Backend", "Recovered", "Stopped", "get_backend", "observe"]

@@ -200,6 +200,8 @@ class JobSpec:
     #: Kubernetes: the GPUs asked for, and the profile's ``[kubernetes]`` table.
     gpus_request: str | None = None
     kubernetes: dict[str, Any] = field(default_factory=dict)
+    #: Ray: the profile's ``[ray]`` table (the Jobs API address, entrypoint resources).
+    ray: dict[str, Any] = field(default_factory=dict)
     #: The seed group (``--seeds``), and the task of a Slurm job array.
     group: GroupRecord | None = None
     array_task: int | None = None
@@ -221,6 +223,8 @@ class JobSpec:
     not_started: str | None = None
     #: When ``Job.stop`` deleted the Kubernetes Job.
     k8s_deleted_at: float | None = None
+    #: The Ray job's submission id (its job id: one submission per attempt).
+    ray_job: str | None = None
 
     # -- which notebook cell launched it
     notebook: str | None = None

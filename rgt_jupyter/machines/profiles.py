@@ -24,10 +24,20 @@ import tomllib
 from ..errors import ProfileError
 from .platforms import PLATFORMS
 from .profile_dirs import profile_files
+from .profile_schema import REQUIRED_FACTS, SUB, TOP, Spec
 
 _TRANSPORTS = ("local", "ssh", "kubernetes")
 _AUTOSTOP = ("", "after-verified-pull")
-_KINDS = ("workstation", "ssh", "ssh-rental", "cloud-api", "slurm", "kubernetes", "notebook")
+_KINDS = (
+    "workstation",
+    "ssh",
+    "ssh-rental",
+    "cloud-api",
+    "slurm",
+    "kubernetes",
+    "ray",
+    "notebook",
+)
 _EFFECTS = ("none", "stop", "destroy")
 _PROVIDERS = ("", *PLATFORMS)
 _SECRET_WORDS = re.compile(r"(^|_)(api_key|apikey|token|password|passwd|secret)$")
@@ -122,6 +132,9 @@ class Profile:
     up: dict[str, Any] = field(default_factory=dict)
     sbatch: dict[str, Any] = field(default_factory=dict)
     kubernetes: dict[str, Any] = field(default_factory=dict)
+    #: A Ray cluster's Jobs API (``address``, a token by name, entrypoint resources): see
+    #: :mod:`rgt_jupyter.backends.ray`.
+    ray: dict[str, Any] = field(default_factory=dict)
     #: Checkpoints also in an S3-compatible bucket (``url``, ``endpoint``, ``credentials`` by
     #: name, ``region``): see :mod:`rgt_jupyter.transport.bucket`.
     bucket: dict[str, Any] = field(default_factory=dict)
@@ -182,133 +195,6 @@ class Profile:
 
 
 # -- the schema ---------------------------------------------------------------------------
-
-_Spec = dict[str, tuple[str, bool]]  # key -> (type, required)
-
-_TOP: _Spec = {
-    "name": ("str", True),
-    "extends": ("str", False),
-    "kind": ("str", True),
-    "platform": ("str", False),
-    "description": ("str", True),
-    "transport": ("str", True),
-    "launcher": ("str", True),
-    "workdir": ("str", True),
-    "durable_dir": ("str", True),
-    "scratch_dir": ("str", True),
-    "python": ("str", False),
-    "host": ("str", False),
-    "smoke_default": ("bool", False),
-    "grace_s": ("float", False),
-    "heartbeat_s": ("float", False),
-    "verified": ("month", True),
-    "provider": ("str", False),
-    "api_key_env": ("str", False),
-    "api_key_file": ("str", False),
-    "api_url": ("str", False),
-    "features": ("strlist", False),
-    "pull_before_teardown": ("bool", False),
-    "cost_per_hour": ("float", False),
-    "idle_warn_minutes": ("float", False),
-    "meter_stop": ("table", True),
-    "tiers": ("tables", True),
-    "detach": ("table", False),
-    "spot": ("table", False),
-    "ssh": ("table", False),
-    "network": ("table", False),
-    "facts": ("table", False),
-    "billing_traps": ("tables", False),
-    "danger_clocks": ("tables", False),
-    "guided": ("table", False),
-    "up": ("table", False),
-    "sbatch": ("table", False),
-    "kubernetes": ("table", False),
-    "bucket": ("table", False),
-    "autostop": ("str", False),
-}
-_SUB: dict[str, _Spec] = {
-    "meter_stop": {
-        "verb": ("str", True),
-        "irreversible": ("bool", True),
-        "effect": ("str", True),
-        "console": ("str", False),
-        "keeps_billing": ("strlist", False),
-        "other_verbs": ("strlist", False),
-        "verified": ("month", False),
-    },
-    "tiers": {
-        "path": ("str", True),
-        "label": ("str", True),
-        "survives_stop": ("bool", True),
-        "survives_destroy": ("bool", True),
-        "needs": ("str", False),
-        "note": ("str", False),
-        "verified": ("month", False),
-    },
-    "detach": {"primitive": ("str", True), "note": ("str", False), "verified": ("month", False)},
-    "spot": {
-        "available": ("bool", True),
-        "grace_s": ("float", False),
-        "reclaims_per_day": ("float", False),
-        "signal": ("str", False),
-        "note": ("str", False),
-        "verified": ("month", False),
-    },
-    "ssh": {
-        "user": ("str", False),
-        "host_pattern": ("str", False),
-        "quirks": ("strlist", False),
-        "verified": ("month", False),
-    },
-    "network": {
-        "mirror_needed": ("bool", False),
-        "proxy_hook": ("str", False),
-        "hf_endpoint": ("str", False),
-        "hf_home": ("str", False),
-        "cred_file": ("str", False),
-        "egress": ("str", False),
-        "notes": ("strlist", False),
-        "verified": ("month", False),
-    },
-    "billing_traps": {"text": ("str", True), "verified": ("month", False)},
-    "danger_clocks": {"text": ("str", True), "verified": ("month", False)},
-    "sbatch": {
-        "partition": ("str", False),
-        "time": ("str", False),
-        "account": ("str", False),
-        "qos": ("str", False),
-        "cpus_per_task": ("int", False),
-        "requeue": ("bool", False),
-        "signal_lead_s": ("int", False),
-        "timeout_requeues": ("int", False),
-        "pg_timeout_s": ("int", False),
-        "directives": ("strlist", False),
-    },
-    "kubernetes": {
-        "namespace": ("str", False),
-        "context": ("str", False),
-        "image": ("str", False),
-        "pvc": ("str", False),
-        "pvc_mount": ("str", False),
-        "scratch_size": ("str", False),
-        "backoff_limit": ("int", False),
-        "service_account": ("str", False),
-        "cpu": ("str", False),
-        "memory": ("str", False),
-    },
-    "bucket": {
-        "url": ("str", True),
-        "endpoint": ("str", False),
-        "credentials": ("str", False),
-        "region": ("str", False),
-    },
-    "guided": {
-        "up": ("str", True),
-        "connection_example": ("str", False),
-        "down": ("str", True),
-    },
-}
-_REQUIRED_FACTS = ("shared_fs", "inode_cap", "host_driver_cuda_max", "local_nvme")
 
 
 class _Source:
@@ -386,7 +272,7 @@ _TYPE_WORDS = {
 
 def _check_keys(
     data: dict[str, Any],
-    spec: _Spec,
+    spec: Spec,
     src: _Source,
     table: str = "",
     index: int | None = None,
@@ -433,8 +319,8 @@ def _scan_secrets(data: Any, src: _Source, table: str = "") -> None:
 
 def _validate(data: dict[str, Any], src: _Source, partial: bool = False) -> None:
     _scan_secrets({k: v for k, v in data.items() if k not in ("api_key_env", "api_key_file")}, src)
-    _check_keys(data, _TOP, src, partial=partial)
-    for table, spec in _SUB.items():
+    _check_keys(data, TOP, src, partial=partial)
+    for table, spec in SUB.items():
         if table not in data:
             continue
         value = data[table]
@@ -477,7 +363,7 @@ def _check_values(data: dict[str, Any], src: _Source) -> None:
         if not (tier["path"].startswith("/") or tier["path"].startswith("{")):
             raise ProfileError(src.error("must be an absolute path", "tiers", i, "path"))
     if data["kind"] != "workstation":
-        missing = [k for k in _REQUIRED_FACTS if k not in data.get("facts", {})]
+        missing = [k for k in REQUIRED_FACTS if k not in data.get("facts", {})]
         if missing:
             raise ProfileError(src.error(f"missing platform fact(s) {', '.join(missing)}", "facts"))
     if data.get("autostop", "") not in _AUTOSTOP:
@@ -502,7 +388,7 @@ def _build(data: dict[str, Any], source: str) -> Profile:
         return tuple(Note(n["text"], n.get("verified", month)) for n in data.get(key, []))
 
     ms = data["meter_stop"]
-    simple = {k: v for k, v in data.items() if _TOP[k][0] not in ("table", "tables")}
+    simple = {k: v for k, v in data.items() if TOP[k][0] not in ("table", "tables")}
     simple.pop("features", None)
     return Profile(
         **simple,
@@ -541,6 +427,7 @@ def _build(data: dict[str, Any], source: str) -> Profile:
         up=dict(data.get("up", {})),
         sbatch=dict(data.get("sbatch", {})),
         kubernetes=dict(data.get("kubernetes", {})),
+        ray=dict(data.get("ray", {})),
         bucket=dict(data.get("bucket", {})),
         source=source,
     )

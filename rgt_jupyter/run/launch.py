@@ -133,6 +133,11 @@ def prepare(
     secret_values = read_secrets([n for n in req.secrets if n not in BUCKET_SECRETS])
 
     previous = _previous(registry, transport, name)
+    if reuse is not None and previous is not None and previous["id"] != reuse.job_id:
+        raise UsageError(
+            f"job {name!r} has a newer attempt than {reuse.job_id}: {previous['id']} "
+            f"({previous['state']}). `rgt resume {name}` resumes the newest."
+        )
     prev_spec = JobSpec.from_row(previous) if previous is not None else None
     resume = (
         previous is not None

@@ -19,16 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LaunchError, SSHError, UsageError
-from ..jobs.request import LaunchRequest
 from ..jobs.spec import JobSpec
 from ..machines.profiles import load_profile
 from ..machines.providers import Instance, Provider, ProviderError
 from ..store.registry import Registry
 from ..transport.ssh.hosts import add_host_block, resolve, ssh_config_path
 from ..transport.ssh.trust import trust_host
-from .billing import job_budget
 from .launch import launch
 from .phases import phase
+from .relaunch import relaunch_request
 from .teardown import provider_for
 
 #: How an SSH connection fails while the machine's sshd is not up yet.
@@ -76,23 +75,7 @@ def resume_on_new_machine(
     inst = _wait_booted(registry, provider, new, boot_timeout_s, interval_s)
     _host_block(new.alias, spec.host_alias, inst)
     _trust(new.alias, project, confirm, boot_timeout_s, interval_s)
-    req = LaunchRequest(
-        program="",
-        name=spec.name,
-        profile=spec.profile,
-        label=spec.label,
-        line_offset=spec.line_offset,
-        env=dict(spec.env),
-        smoke=False,
-        host=new.alias,
-        secrets=list(spec.secret_names),
-        python=spec.python,
-        grace_s=spec.grace_s,
-        ckpt_dir=spec.ckpt_root,
-        allow_ephemeral_ckpt=bool(spec.durability.get("overridden")),
-        resend_code_of=spec,
-        budget=job_budget(spec),
-    )
+    req = relaunch_request(spec, host=new.alias, resend_code=True)
     with phase(f"relaunching {spec.name} on {new.alias} from its newest checkpoint in the bucket"):
         return launch(req, project)
 

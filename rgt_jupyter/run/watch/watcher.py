@@ -36,6 +36,7 @@ from ...jobs.spec import JobSpec
 from ...remote.probe import probe
 from ...store.registry import Registry
 from ...transport import FileStat, Transport
+from ..relaunch import retries_left, retry_after_node_loss
 from .reads import CachedReads, Lines, as_bytes, clean_lines, probe_source
 
 
@@ -309,6 +310,9 @@ class Watcher:
             self._probe_group(members)
         for f in singles:
             self._observe_single(f)
+        for f in followed:
+            if f.done and f.snap is not None:
+                self._ended(f, f.snap)
         moved = False
         for f in followed:
             if f.snap is not None:
@@ -325,6 +329,18 @@ class Watcher:
         if catching_up or any(f.log.pending for f in followed):
             return "more"
         return changed
+
+    def _ended(self, f: Followed, snap: Snapshot) -> None:
+        """A job seen ending: retried after a lost node where its profile asks for that
+        (:mod:`..relaunch`), on a thread of its own, since a launch takes seconds."""
+        if snap.failure != "node_lost" or retries_left(f.job.spec) <= 0:
+            return
+        threading.Thread(
+            target=retry_after_node_loss,
+            args=(f.job.spec, snap, f.job.project),
+            name=f"rgt-retry-{f.job.id}",
+            daemon=True,
+        ).start()
 
     def _observe_single(self, f: Followed) -> None:
         try:
@@ -454,8 +470,10 @@ class Watcher:
             f.clean.extend(clean_lines([raw for raw, _ in new_lines]))
         view.log_lines[control] = list(f.clean)
         snap = f.job.snapshot(via=view)
-        if snap.terminal and (ended or (snap.state == "lost" and not f.log.pending)):
-            f.done = True  # a lost job left no exit record: once its log is read, it is done
+        if snap.terminal and (ended or (snap.state in ("lost", "failed") and not f.log.pending)):
+            # A lost job, or one its scheduler ended before the agent could record it, left no
+            # exit record: once its log is read, it is done.
+            f.done = True
         snap.watcher = self.liveness()
         f.snap = snap
         f.new_lines = new_lines
