@@ -24,16 +24,19 @@ from rgt_jupyter.store.registry import Registry
 
 from .conftest import run_cell, wait_for
 from .ray_cluster import STOP_WAIT_S, WORKER_RESOURCE, RayCluster, ray_cluster  # noqa: F401
+from .sshd import Sshd
 from .test_slurm import HOSTILE, TRAIN, text_of, wait_for_step
 
 
-def write_ray_profile(project: Path, shared: Path, address: str, extra: str = "") -> None:
+def write_ray_profile(
+    project: Path, shared: Path, address: str, extra: str = "", transport: str = "local"
+) -> None:
     """The project's ``ray`` profile: the built-in one, this cluster's address, every dir on the
     path its nodes share (here: this machine's disk), the job kept off the head."""
     profiles = project / ".rgt" / "profiles"
     profiles.mkdir(parents=True, exist_ok=True)
     (profiles / "ray.toml").write_text(
-        'name = "ray"\nextends = "ray"\ntransport = "local"\nsmoke_default = false\n'
+        f'name = "ray"\nextends = "ray"\ntransport = "{transport}"\nsmoke_default = false\n'
         f'python = "{sys.executable}"\n'
         f'workdir = "{shared}/jobs"\ndurable_dir = "{shared}/durable"\n'
         f'scratch_dir = "{shared}/scratch"\n{extra}\n'
@@ -127,16 +130,34 @@ def test_a_node_loss_fails_the_job_and_a_resume_ends_bit_identical(
     assert _same_weights(run, _plain(project, {**env, "PAUSE": "0"}))
 
 
-def test_a_seed_sweep_is_one_submission_per_seed_grouped_and_verified(
-    ip: Any, project: Path, cluster: RayCluster
+def test_a_seed_sweep_through_the_head_over_ssh_is_one_submission_per_seed_and_verified(
+    ip: Any,
+    project: Path,
+    cluster: RayCluster,
+    sshd: Sshd,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The profile's default shape: the transport is SSH to the head (here the loopback sshd),
+    which mounts the shared path; the bundles go and the runs come back through it."""
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{sshd.port} {sshd.host_pub}\n")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host head\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
+        f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {known}\n"
+    )
+    monkeypatch.setenv("RGT_SSH_CONFIG", str(config))
+    write_ray_profile(project, tmp_path / "shared", cluster.address, transport="ssh")
     result, text = run_cell(
-        ip, f"%%remote_run --profile ray --name sweep --seeds 0-2 --env STEPS=4\n{TRAIN}"
+        ip,
+        f"%%remote_run --profile ray --host head --name sweep --seeds 0-2 --env STEPS=4\n{TRAIN}",
     )
     assert result.error_in_exec is None, text
     group = result.result
     assert group.seeds == [0, 1, 2]
     submissions = [j.spec.ray_job for j in group.jobs]
+    assert {j.spec.transport for j in group.jobs} == {"ssh"}
     assert submissions == [j.id for j in group.jobs] and len(set(submissions)) == 3
     assert set(group.wait(300).values()) == {"finished"}
     result, text = run_cell(ip, "%pull sweep")
