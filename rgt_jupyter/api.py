@@ -19,7 +19,7 @@ from typing import Any, overload
 
 from .backends import Backend, get_backend
 from .errors import JobNotFound, RemoteTraceback, TransportError, UsageError
-from .jobs.curves import curve_findings
+from .jobs.curves import curve_findings, processes
 from .jobs.lookup import group_rows
 from .jobs.observe import progress_records
 from .jobs.records import read_json
@@ -134,7 +134,7 @@ class Job:
             found = read_json(via or self.transport, f"{self.spec.control_dir}/bucket.json")
             snap.bucket = found or {"url": url, "durable_step": None}
         if log_lines or via is not None:  # a view's look, not a state check
-            snap.findings = self._findings(via or self.transport)
+            snap.findings = self._findings(via or self.transport, snap.resources)
             if self.spec.spot.get("reclaims_per_day") and not snap.terminal:
                 cadence = read_json(via or self.transport, f"{self.spec.control_dir}/cadence.json")
                 snap.cadence = cadence_advice(cadence, self.spec.spot)
@@ -145,14 +145,15 @@ class Job:
         self._last = snap
         return snap
 
-    def _findings(self, via: Transport) -> list[dict[str, Any]]:
-        """The probes' findings (``findings.json``) and the loss curve's (its newest records)."""
+    def _findings(self, via: Transport, resources: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """The probes' findings (``findings.json``), the loss curve's (its newest records) and
+        what bounds the step (with the agent's GPU samples)."""
         control = self.spec.control_dir
         found = (read_json(via, f"{control}/findings.json") or {}).get("findings")
         out = [f for f in found if isinstance(f, dict)] if isinstance(found, list) else []
         held = getattr(via, "records", {}).get(control)
         records = held if held is not None else progress_records(via, control, 1 << 16)
-        return out + curve_findings(records)
+        return out + curve_findings(records, resources, processes(self.spec, resources))
 
     @property
     def recorded_state(self) -> str:

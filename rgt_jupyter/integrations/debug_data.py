@@ -130,8 +130,61 @@ def _world_size() -> int:
         return 1
 
 
+#: Images needed before the channel order is judged, and the least difference of the red and
+#: blue channels' means (in 0-1 units, or robust deviations once normalised) that says BGR.
+CHANNEL_MIN_IMAGES = 16
+CHANNEL_GAP = 0.04
+CHANNEL_GAP_NORMALISED = 0.15
+
+
+def _channel_means(x: Any) -> tuple[list[float], int] | None:
+    """Per-channel sums of a batch of 3-channel images (NCHW or NHWC) and their pixel count."""
+    if x.dim() != 4:
+        return None
+    if x.shape[1] == 3:
+        per = x.double().transpose(0, 1).reshape(3, -1)
+    elif x.shape[-1] == 3:
+        per = x.double().reshape(-1, 3).t()
+    else:
+        return None
+    return [float(v) for v in per.sum(1)], int(per.shape[1])
+
+
+def _channel_order(sums: list[float], n: int, images: int, lo: float, hi: float) -> str | None:
+    """Why the channels look like BGR where RGB is expected, or None: in natural photos the red
+    channel is brighter on average than the blue (ImageNet's means are 0.485 and 0.406); BGR
+    (OpenCV's order) turns that round, in raw pixels and after Normalize with RGB statistics."""
+    if images < CHANNEL_MIN_IMAGES or n == 0:
+        return None
+    red, _, blue = (v / n for v in sums)
+    if lo >= 0:  # raw values: 0-1, or 0-255
+        scale = 255.0 if hi > 1.5 else 1.0
+        gap = (blue - red) / scale
+        if gap > CHANNEL_GAP:
+            return f"channel 2 is brighter than channel 0 by {gap:.3f} (0-1 units)"
+        return None
+    if red < -CHANNEL_GAP_NORMALISED and blue > CHANNEL_GAP_NORMALISED:
+        return f"after normalisation channel 0 averages {red:.2f} and channel 2 {blue:.2f}"
+    return None
+
+
+def _gather_rows(rows: list[str]) -> list[list[str]] | None:
+    """Every rank's sample hashes, in a distributed job (a collective: all ranks call it)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    if dist.get_world_size() < 2:
+        return None
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, rows)
+    return [list(g or []) for g in gathered]
+
+
 def check_loader(
-    loader: Any, batches: int | None = None, expect: tuple[float, float] | None = None
+    loader: Any,
+    batches: int | None = None,
+    expect: tuple[float, float] | None = None,
+    channels: str | None = "rgb",
 ) -> dict[str, Any]:
     """Sample the first ``batches`` batches of a ``DataLoader`` (default: two per worker, at
     least 4) and watch its sampler. Findings: the same random state in every worker (the
@@ -139,8 +192,11 @@ def check_loader(
     ``IterableDataset`` not sharded), a distributed job whose sampler is not distributed, a
     sampler with ``set_epoch`` whose epoch does not advance (seen when the next epoch begins),
     float inputs outside ``expect`` (default: a range that looks like 0-255 pixels or unscaled
-    features). The torch RNG is restored after the sampling,
-    so the training draws what it would have drawn. Returns what was measured."""
+    features), 3-channel images whose channel means look like BGR where ``channels`` says RGB
+    (or the other way; None: not judged), and, in a job whose process group is initialised,
+    samples that other ranks draw too (a collective then: call it on every rank). The torch RNG
+    is restored after the sampling, so the training draws what it would have drawn. Returns
+    what was measured."""
     import torch  # deferred: torch only where a probe is used
 
     workers = int(getattr(loader, "num_workers", 0) or 0)
@@ -157,6 +213,7 @@ def check_loader(
     rows: list[str] = []
     stats = {"min": math.inf, "max": -math.inf, "sum": 0.0, "sq": 0.0, "n": 0}
     is_float = False
+    chan_sums, chan_n, images = [0.0, 0.0, 0.0], 0, 0
     try:
         iterator = iter(loader)
         for _ in range(want):
@@ -177,6 +234,11 @@ def check_loader(
             stats["sum"] += float(xf.sum())
             stats["sq"] += float((xf * xf).sum())
             stats["n"] += xf.numel()
+            per = _channel_means(x)
+            if per is not None:
+                chan_sums = [chan_sums[i] + per[0][i] for i in range(3)]
+                chan_n += per[1]
+                images += int(x.shape[0])
         del iterator
     finally:
         if workers:
@@ -252,8 +314,42 @@ def check_loader(
                 if pixels
                 else "standardize the inputs (subtract the mean, divide by the std)",
             )
+    if channels in ("rgb", "bgr") and n:
+        order = chan_sums if channels == "rgb" else chan_sums[::-1]
+        odd = _channel_order(order, chan_n, images, stats["min"], stats["max"])
+        if odd is not None:
+            want_order, other = ("RGB", "BGR") if channels == "rgb" else ("BGR", "RGB")
+            report(
+                "channel_order",
+                f"over {images} images {odd}: natural photos are {want_order[0]}-heavy in "
+                f"{want_order} order, so these look like {other} where {want_order} is expected",
+                f"images decoded in {other} order (OpenCV's cv2.imread gives BGR) fed to a model "
+                f"trained on {want_order} (torchvision and timm weights are RGB)",
+                "convert once where the image is read (cv2.cvtColor(img, cv2.COLOR_BGR2RGB), or "
+                "img[..., ::-1]); if these are not natural photos, pass "
+                "check_loader(..., channels=None)",
+            )
+    everyone = _gather_rows(rows)
+    shared = 0
+    if everyone is not None:
+        rank = sys.modules["torch.distributed"].get_rank()
+        others = {h for i, g in enumerate(everyone) if i != rank for h in g}
+        shared = sum(1 for h in set(rows) if h in others)
+        if shared:
+            report(
+                "rank_duplicates",
+                f"{shared} of this rank's first {len(set(rows))} distinct samples are drawn by "
+                f"another of the {len(everyone)} ranks too",
+                "the ranks are not given disjoint shards: a sampler without the rank (a plain "
+                "or random sampler, a DistributedSampler given a fixed rank or num_replicas), "
+                "or an IterableDataset that ignores the rank",
+                "DistributedSampler(dataset) with the process group's rank and world size "
+                "(its defaults), and in an IterableDataset skip by rank and by worker",
+            )
     return {
         "batches": want,
+        "rank_duplicates": shared,
+        "images": images,
         "samples": len(rows),
         "duplicates": dupes,
         "workers_same_rng": same,

@@ -297,6 +297,11 @@ def oom_kills() -> Optional[int]:
     return cgroup_memory()["oom_kill"]
 
 
+#: GPU utilisation samples ``resources.json`` keeps (``gpu_util_recent``) for the throughput
+#: finding: what the GPUs did over the last minutes, not at one instant.
+UTIL_KEEP = 30
+
+
 def sample_resources() -> Dict[str, Any]:
     """GPU utilisation and memory (``nvidia-smi``, when there is one) and the cgroup's memory use,
     for the live view (run.md: OOM risk above 90 % of ``memory.max``)."""
@@ -1078,9 +1083,15 @@ class Supervisor:
         """Write ``resources.json`` (GPU and memory use) every ``resources_s`` seconds while the
         job runs (on its own thread: ``nvidia-smi`` may take a while to answer)."""
         every = float(self.spec.get("resources_s", 10.0))
+        recent = []  # type: List[float]
         while self.child is not None and self.child.poll() is None:
             try:
-                write_json_atomic(self.path("resources.json"), sample_resources())
+                sample = sample_resources()
+                gpus = sample.get("gpus") or []
+                if gpus:  # the mean utilisation of the job's GPUs, the newest samples
+                    recent = (recent + [sum(g["util"] for g in gpus) / len(gpus)])[-UTIL_KEEP:]
+                    sample["gpu_util_recent"] = recent
+                write_json_atomic(self.path("resources.json"), sample)
             except OSError:
                 pass  # a full disk must not end the job; the log says why elsewhere
             time.sleep(every)

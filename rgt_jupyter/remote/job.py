@@ -26,6 +26,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import math
 import os
 import random
 import re
@@ -211,6 +212,9 @@ def progress(step: int, total: int | None = None, **metrics: Any) -> None:
             record[key] = float(value)
         except (TypeError, ValueError):
             record[key] = str(value)
+    loss = next((record[k] for k in _LOSS_KEYS if isinstance(record.get(k), float)), None)
+    if loss is not None and math.isfinite(loss):
+        _note_loss(int(step), loss)
     control = _control_dir()
     if control is None:
         sys.stderr.write("[rgt] progress %s\n" % json.dumps(record))
@@ -218,6 +222,68 @@ def progress(step: int, total: int | None = None, **metrics: Any) -> None:
     line = json.dumps(record) + "\n"
     with _lock, open(os.path.join(control, "progress.jsonl"), "a") as fh:
         fh.write(line)
+
+
+#: The progress metrics taken for the loss, and how many of the newest a checkpoint keeps.
+_LOSS_KEYS = ("loss", "train_loss")
+_KEEP_LOSSES = 16
+#: Losses after a resume compared with those before the save, and by how much they may differ
+#: (robust deviations of the losses before the save, and a share of their median).
+RESUME_LOSS_STEPS = 3
+RESUME_LOSS_Z = 8.0
+RESUME_LOSS_SHARE = 0.25
+_losses = []  # type: List[float]
+#: After load_latest: the saved step and the losses before the save, and those since.
+_resumed = {}  # type: Dict[str, Any]
+
+
+def _median(values: List[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def _note_loss(step: int, loss: float) -> None:
+    """Keep the newest losses (a checkpoint records them); after a resume, compare the first
+    losses with those before the save."""
+    _losses.append(loss)
+    del _losses[:-_KEEP_LOSSES]
+    if not _resumed or _resumed.get("done") or step <= int(_resumed.get("step", 0)):
+        return
+    after = _resumed.setdefault("after", [])
+    after.append((step, loss))
+    if len(after) < RESUME_LOSS_STEPS:
+        return
+    _resumed["done"] = True
+    before = [float(v) for v in _resumed.get("losses") or [] if isinstance(v, (int, float))]
+    if len(before) < 3:
+        return
+    med = _median(before)
+    spread = 1.4826 * _median([abs(v - med) for v in before])
+    now = _median([v for _, v in after])
+    if now - med > max(RESUME_LOSS_Z * spread, RESUME_LOSS_SHARE * abs(med), 1e-12):
+        finding(
+            "resume_loss",
+            "the first %d losses after the resume (median %.4g, steps %d-%d) are far above "
+            "the %d before the save at step %d (median %.4g, spread %.2g)"
+            % (
+                len(after),
+                now,
+                after[0][0],
+                after[-1][0],
+                len(before),
+                _resumed["step"],
+                med,
+                spread,
+            ),
+            "the resumed model is not the saved one: its weights (or batch-norm buffers) are "
+            "not loaded, a layer is re-initialised after the load, or the loss is computed "
+            "another way (train/eval mode, another data order or scaling)",
+            "load model.load_state_dict(state['model']) after building the model and before "
+            "the loop (strict=True), restore the optimizer after it, and call "
+            "integrations.debug.audit_resume(state, model, optimizer, ...) at the resume",
+            after[0][0],
+        )
 
 
 def save_results(results: dict[str, Any]) -> str:
@@ -918,7 +984,12 @@ def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> str:
     directory = ckpt_dir()
     began = time.monotonic()
     payload = dict(state)
-    payload["_rgt"] = {"step": int(step), "rng": _rng_state(), "time": time.time()}
+    payload["_rgt"] = {
+        "step": int(step),
+        "rng": _rng_state(),
+        "time": time.time(),
+        "losses": list(_losses),
+    }
     torch = _maybe_import("torch")
     if torch is not None:
         name = "ckpt-%010d.pt" % int(step)
@@ -1058,6 +1129,8 @@ def load_latest() -> dict[str, Any] | None:
             continue
         meta = payload.pop("_rgt", {})
         _restore_rng(meta.get("rng", {}))
+        _resumed.clear()
+        _resumed.update(step=int(meta.get("step", step)), losses=meta.get("losses") or [])
         payload.setdefault("step", meta.get("step", step))
         sys.stderr.write("[rgt] loaded %s (step %d)\n" % (name, step))
         return payload

@@ -183,6 +183,8 @@ def test_gpu_use_comes_from_the_agents_nvidia_smi_samples(
     assert snap.resources is not None
     gpus = snap.resources["gpus"]
     assert gpus[0] == {"index": 0, "util": 87.0, "mem_used_mib": 12288.0, "mem_total_mib": 81920.0}
+    # The newest samples' mean utilisation, kept for the throughput finding.
+    assert snap.resources["gpu_util_recent"][0] == 45.0
     assert "GPU 0: 87% · 12.0/80.0 GiB" in snapshot_text(snap)
     assert "GPU 1: 3%" in snapshot_text(snap)
     wait_for(lambda: seen[-1].state == "finished", 30, "the end")
