@@ -32,6 +32,7 @@ from .run.cadence import advice as cadence_advice
 from .run.launch import launch, update_spec
 from .run.pull import pull
 from .run.pull.formats import report_lines
+from .run.pull.from_bucket import pull_from_bucket
 from .run.relaunch import relaunch_request
 from .run.secrets import drop_leftover_secrets
 from .run.seeds import launch_seeds
@@ -311,15 +312,32 @@ class Job:
         to: str | os.PathLike[str] | None = None,
         on_progress: Callable[[int, int, str], None] | None = None,
         on_wait: Callable[[str], None] | None = None,
+        from_bucket: bool = False,
     ) -> Run:
         """Pull outputs and checkpoints into a new immutable run (see :mod:`.run.pull`).
 
         ``on_progress(bytes_done, bytes_total, path)`` is called after each file. A pull of this
         job that was killed is settled first: when its run had landed whole, that run is
         registered and returned; otherwise this pull resumes from what it had fetched.
+        ``from_bucket``: the machine is gone; the run holds the newest complete checkpoint of
+        the job's bucket (:mod:`.run.pull.from_bucket`).
         """
         target = Path(to) if to is not None else None
-        return Run(pull(self.spec, self.project, target, on_progress=on_progress, on_wait=on_wait))
+        if from_bucket:
+            return Run(pull_from_bucket(self.spec, self.project, target))
+        try:
+            path = pull(self.spec, self.project, target, on_progress=on_progress, on_wait=on_wait)
+        except TransportError as exc:
+            if not self.spec.bucket:
+                raise
+            raise TransportError(
+                f"{exc}. Its checkpoints are also in {self.spec.bucket.get('lineage_url')}: if "
+                f"the machine is gone, `%pull {self.name} --from-bucket` brings the newest "
+                "complete one home",
+                exc.kind,
+                exc.maybe_ran,
+            ) from exc
+        return Run(path)
 
     def log_offset(self, consumer: str) -> int | None:
         """How many bytes of the job's log ``consumer`` (a notebook) has been shown, if known."""

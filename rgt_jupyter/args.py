@@ -220,6 +220,14 @@ PULL_ARGS: list[Spec] = [
         ("--to",),
         {"default": None, "metavar": "DIR", "help": "runs folder (default: <project>/runs)"},
     ),
+    (
+        ("--from-bucket",),
+        {
+            "action": "store_true",
+            "help": "the machine is gone: pull the newest complete checkpoint from the job's "
+            "bucket instead (its outputs were on the machine)",
+        },
+    ),
 ]
 JOB_ARG: Spec = (
     ("job",),

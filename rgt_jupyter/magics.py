@@ -38,7 +38,7 @@ from .args import (
 )
 from .args import RUN_MAGIC as _RUN
 from .args import parse_line as _parse_line
-from .errors import RemoteTraceback, RgtError, TransportError
+from .errors import RemoteTraceback, RgtError, TransportError, UsageError
 from .jobs.snapshot import TERMINAL, Snapshot, new_snapshot
 from .machines.profiles import available
 from .run.phases import phases_to
@@ -421,6 +421,10 @@ class RgtMagics(Magics):
         try:
             found = self._find(args.job, "%pull")
             with phases_to(lambda line: print(f"%pull: {line}", flush=True)):
+                if args.from_bucket:
+                    if isinstance(found, JobGroup):
+                        raise UsageError("--from-bucket pulls one job: name a member of the group")
+                    return found.pull(to=args.to, from_bucket=True)
                 if isinstance(found, JobGroup):
                     return found.pull(to=args.to)
                 bar = TransferBar(f"pulling {found.name}", notebook=True)

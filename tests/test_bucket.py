@@ -9,8 +9,11 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from rgt_jupyter import submit
 from rgt_jupyter.api import Job
+from rgt_jupyter.errors import PullError
 from rgt_jupyter.jobs.request import LaunchRequest
 from rgt_jupyter.run.teardown import compute_gate
 from rgt_jupyter.store.registry import Registry
@@ -115,3 +118,47 @@ def test_checkpoints_reach_the_bucket_and_a_new_machine_continues_from_it_bit_id
     assert "restored ckpt-0000000003.pt (step 3) from s3://" in resumed.log()
     steps = [c.step for c in complete(_cfg(bucket), lineage)]
     assert steps[-1] == 6 and len(steps) <= 2, resumed.log()
+
+
+def test_a_job_whose_machine_is_gone_is_pulled_from_its_bucket_verified(
+    project: Path, bucket: Bucket
+) -> None:
+    """The machine and its disks are gone; `%pull --from-bucket` brings home the newest complete
+    checkpoint, checked against its record and loaded, and says that the outputs are not in it.
+    A damaged copy in the bucket is refused, not kept."""
+    _profile(project, bucket)
+    job = _run(project, STEPS.replace("not job.is_resume()", "False"), "gone")
+    assert job.wait(120) == "finished", job.log()
+    lineage = job.spec.bucket["lineage_url"]
+    wait_for(lambda: [c.step for c in complete(_cfg(bucket), lineage)][-1:] == [6], 60, "step 6")
+    for path in (job.spec.ckpt_dir, job.spec.out_dir, job.spec.control_dir):
+        shutil.rmtree(path, ignore_errors=True)  # the machine's disk, gone with it
+    run = job.pull(from_bucket=True)
+    assert run.verified, run.text()
+    assert [r["path"] for r in run.verification["checkpoint_loads"]] == [
+        "checkpoints/ckpt-0000000006.pt"
+    ]
+    assert run.verification["checkpoint_loads"][0]["ok"]
+    assert run.provenance["source"]["kind"] == "bucket"
+    assert "from the bucket (step 6)" in run.text(), run.text()
+    assert "outputs ($RGT_OUT) were on its machine" in run.provenance["source"]["note"]
+    assert Registry(project).runs(job.id)[-1]["path"] == str(run.path)
+
+    # The newest object damaged in place (same size and stated sha256): refused, nothing kept.
+    s3 = bucket.server.client()
+    newest = complete(_cfg(bucket), lineage)[-1]
+    body = bytearray(s3.get_object(Bucket=bucket.name, Key=newest.key)["Body"].read())
+    body[-1] ^= 0xFF
+    s3.put_object(
+        Bucket=bucket.name, Key=newest.key, Body=bytes(body), Metadata={"sha256": newest.sha256}
+    )
+    with pytest.raises(PullError, match="does not match its sha256 record"):
+        job.pull(from_bucket=True)
+    assert len(Registry(project).runs(job.id)) == 1
+
+
+def test_a_job_without_a_bucket_is_not_pulled_from_one(project: Path) -> None:
+    job = submit(LaunchRequest(program="print(1)", name="plain"), project)
+    assert job.wait(60) == "finished"
+    with pytest.raises(PullError, match="has no bucket"):
+        job.pull(from_bucket=True)

@@ -21,7 +21,7 @@ from ..args import (
     add_args,
     run_options,
 )
-from ..errors import RgtError, TransportError
+from ..errors import RgtError, TransportError, UsageError
 from ..run.billing import job_cost
 from ..run.phases import phases_to
 from ..run.rebuild import rebuild_registry
@@ -243,6 +243,8 @@ def _pull(args: argparse.Namespace, project: Path) -> int:
     found = find(args.job, project)
     say = phases_to(lambda line: print(f"rgt: {line}", file=sys.stderr, flush=True))
     if isinstance(found, JobGroup):
+        if args.from_bucket:
+            raise UsageError("--from-bucket pulls one job: name a member of the group")
         with say:
             runs = found.pull(to=args.to)
         if args.json:
@@ -257,7 +259,9 @@ def _pull(args: argparse.Namespace, project: Path) -> int:
     bar = TransferBar(f"pulling {found.name}")
     try:
         with say:
-            run = found.pull(to=args.to, on_progress=bar, on_wait=waiting)
+            run = found.pull(
+                to=args.to, on_progress=bar, on_wait=waiting, from_bucket=args.from_bucket
+            )
     finally:
         bar.close()
     if args.json:

@@ -111,7 +111,7 @@ def check_space(dest_root: Path, nbytes: int, nfiles: int) -> None:
         )
 
 
-def _claim_run_dir(root: Path, job_id: str, taken: set[str]) -> tuple[str, Path]:
+def claim_run_dir(root: Path, job_id: str, taken: set[str]) -> tuple[str, Path]:
     """Claim the next free ``<job-id>-r<n>`` by creating it (empty) so no other pull takes it;
     ids already in the registry (runs pulled into other folders) are skipped too."""
     n = 1
@@ -376,7 +376,7 @@ def _land(
         "bytes_total": total,
     }
     taken = {r["run_id"] for r in Registry(project).runs(spec.job_id)}
-    run_id, final = _claim_run_dir(root, spec.job_id, taken)
+    run_id, final = claim_run_dir(root, spec.job_id, taken)
     try:
         _write_json(
             partial / "manifest.json",
