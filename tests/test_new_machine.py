@@ -93,6 +93,18 @@ def _reclaimed(job: Job, fake: RunPodFake, remote: Path) -> None:
     fake.preempt(str(job.spec.instance_id).split(":", 1)[1])
 
 
+def cut_job(project: Path, fake: RunPodFake, remote: Path) -> Job:
+    """A job on pod1 whose checkpoint of step 3 reached the bucket; then pod1 is reclaimed."""
+    job = submit(LaunchRequest(program=STEPS, name="cut", profile="gpu", host="pod1"), project)
+    wait_for(
+        lambda: (control_json(job, "bucket.json") or {}).get("durable_step") == 3,
+        180,
+        "step 3 in the bucket",
+    )
+    _reclaimed(job, fake, remote)
+    return job
+
+
 def test_a_machine_the_platform_still_lists_is_not_moved(
     project: Path,
     cloud: tuple[RunPodFake, Path],
@@ -108,3 +120,57 @@ def test_a_machine_the_platform_still_lists_is_not_moved(
     assert len(fake.calls("POST", "/pods")) == 1
     job.stop()
     assert job.wait(180) == "preempted"
+
+
+def _auto(project: Path, host_key: Path | None) -> None:
+    """The ``gpu`` profile in the automatic mode, with the host key its image carries."""
+    profile = project / ".rgt" / "profiles" / "gpu.toml"
+    pin = f'host_key = "{host_key}"\n' if host_key else ""
+    profile.write_text(profile.read_text() + f'\n[up]\nnew_machine = "auto"\n{pin}')
+
+
+def test_in_the_automatic_mode_the_watcher_moves_a_job_whose_machine_is_gone(
+    project: Path, cloud: tuple[RunPodFake, Path], sshd: Sshd, tmp_path: Path
+) -> None:
+    """[up] new_machine = "auto": the watcher that sees the job lost asks the platform, which
+    says the pod is gone; a replacement is made, its host key checked against the pinned one
+    (no question asked), and the job goes on there from the bucket."""
+    from rgt_jupyter.run.watch.watcher import watcher  # deferred: this test's watcher only
+    from rgt_jupyter.store.registry import Registry  # deferred: this test only
+
+    fake, remote = cloud
+    pinned = tmp_path / "image_host_key.pub"
+    pinned.write_text(sshd.host_pub + "\n")
+    _auto(project, pinned)
+    job = cut_job(project, fake, remote)
+    watcher().follow(job)
+    registry = Registry(project)
+    row = wait_for(
+        lambda: (r := registry.get("cut"))["id"] != job.id and r,
+        90,
+        f"the automatic new machine: {registry.history(job.id)[-3:]} {job.snapshot(log_lines=0)}",
+    )
+    moved = Job(row, project)
+    assert moved.spec.instance_id == "runpod:pod0002xyz" and moved.spec.host_alias == "pod1-2"
+    assert moved.spec.resume and moved.spec.lineage == job.spec.lineage
+    assert moved.wait(180) == "finished", moved.log()
+    assert moved.result()["start"] == 3  # it went on from the bucket's step 3
+    trusted = (project / ".rgt" / "trusted_hosts.jsonl").read_text().splitlines()
+    assert json.loads(trusted[-1])["trusted_by"] == "the profile's pinned host key"
+
+
+def test_the_automatic_mode_without_a_pinned_key_trusts_nothing_and_moves_nothing(
+    project: Path, cloud: tuple[RunPodFake, Path]
+) -> None:
+    from rgt_jupyter.run.replace import replace_if_gone  # deferred: this test only
+    from rgt_jupyter.store.registry import Registry  # deferred: this test only
+
+    fake, remote = cloud
+    _auto(project, None)
+    job = cut_job(project, fake, remote)
+    assert replace_if_gone(job.spec, project) == "refused"
+    assert len(fake.calls("POST", "/pods")) == 1  # nothing created
+    events = [
+        e for e in Registry(project).history(job.id) if e["kind"] == "auto_new_machine_refused"
+    ]
+    assert events and "needs [up] host_key" in json.dumps(events[-1])

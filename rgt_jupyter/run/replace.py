@@ -12,15 +12,16 @@ second ``--new-machine`` waits for that one instead of creating another.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import LaunchError, SSHError, UsageError
+from ..errors import LaunchError, RgtError, SSHError, UsageError
 from ..jobs.spec import JobSpec
-from ..machines.profiles import load_profile
+from ..machines.profiles import Profile, load_profile
 from ..machines.providers import Instance, Provider, ProviderError
 from ..store.registry import Registry
 from ..transport.ssh.hosts import add_host_block, resolve, ssh_config_path
@@ -29,6 +30,8 @@ from .launch import launch
 from .phases import phase
 from .relaunch import relaunch_request
 from .teardown import provider_for
+
+log = logging.getLogger(__name__)
 
 #: How an SSH connection fails while the machine's sshd is not up yet.
 _NOT_UP_YET = ("connection_refused", "timeout", "transport_unavailable")
@@ -53,9 +56,11 @@ def resume_on_new_machine(
     alias: str | None = None,
     boot_timeout_s: float = 600.0,
     interval_s: float = 5.0,
+    pinned: str | None = None,
 ) -> dict[str, Any]:
     """Continue ``spec``'s job on a replacement for its machine, which the platform reports
-    gone; return the new job's registry row. ``confirm`` decides on the new host's key."""
+    gone; return the new job's registry row. ``confirm`` decides on the new host's key, or
+    ``pinned`` (the key the machine's image carries) does, without asking."""
     registry = Registry(project)
     old = _machine_of(registry, spec)
     profile = load_profile(old["profile"], project)
@@ -74,7 +79,7 @@ def resume_on_new_machine(
     new = _replacement(registry, provider, old, spec, alias)
     inst = _wait_booted(registry, provider, new, boot_timeout_s, interval_s)
     _host_block(new.alias, spec.host_alias, inst)
-    _trust(new.alias, project, confirm, boot_timeout_s, interval_s)
+    _trust(new.alias, project, confirm, boot_timeout_s, interval_s, pinned)
     req = relaunch_request(spec, host=new.alias, resend_code=True)
     with phase(f"relaunching {spec.name} on {new.alias} from its newest checkpoint in the bucket"):
         return launch(req, project)
@@ -215,14 +220,80 @@ def _host_block(alias: str, old_alias: str | None, inst: Instance) -> None:
     add_host_block(path, alias, block)
 
 
-def _trust(alias: str, project: Path, confirm: Confirm, timeout: float, interval: float) -> None:
-    """Trust the replacement's host key with the user's consent, once its sshd answers."""
+def _trust(
+    alias: str,
+    project: Path,
+    confirm: Confirm,
+    timeout: float,
+    interval: float,
+    pinned: str | None = None,
+) -> None:
+    """Trust the replacement's host key with the user's consent (or its pinned key), once its
+    sshd answers."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            trust_host(alias, project, confirm)
+            trust_host(alias, project, confirm, pinned)
             return
         except SSHError as exc:
             if exc.kind not in _NOT_UP_YET or time.monotonic() >= deadline:
                 raise
         time.sleep(interval)
+
+
+def pinned_host_key(profile: Profile) -> str | None:
+    """The host key a profile's machines present (``[up] host_key``: a public key file, as a
+    key baked into the image is), for the automatic mode; None when it names none."""
+    path = profile.up.get("host_key")
+    if not path:
+        return None
+    try:
+        line = Path(str(path)).expanduser().read_text().strip().splitlines()[0]
+    except (OSError, IndexError) as exc:
+        raise UsageError(f"[up] host_key {str(path)!r} cannot be read: {exc}") from exc
+    if len(line.split()) < 2:
+        raise UsageError(f"[up] host_key {str(path)!r} is not an OpenSSH public key line")
+    return line
+
+
+def wants_new_machine(spec: JobSpec, project: Path) -> bool:
+    """Whether the job's profile asks for the automatic new machine."""
+    if not spec.instance_id:
+        return False
+    try:
+        return load_profile(spec.profile, project).up.get("new_machine") == "auto"
+    except RgtError:
+        return False
+
+
+def replace_if_gone(spec: JobSpec, project: Path) -> dict[str, Any] | str | None:
+    """The automatic ``--new-machine`` (a profile's ``[up] new_machine = "auto"``): for a job
+    that cannot be observed, or was lost, on a machine ``rgt up`` made, ask the platform; only
+    when it says the machine is gone is the job continued on a replacement, whose host key must
+    be the profile's pinned one (``[up] host_key``; without one nothing is trusted, so nothing
+    is done). Returns the new job's row; ``"refused"`` when it cannot be done (said in the log
+    and the job's events); None while the machine is not reported gone (or the profile does
+    not ask for it)."""
+    if not wants_new_machine(spec, project):
+        return None
+    profile = load_profile(spec.profile, project)
+    registry = Registry(project)
+    try:
+        pinned = pinned_host_key(profile)
+        if pinned is None:
+            raise UsageError(
+                f'[up] new_machine = "auto" in profile {profile.name!r} needs [up] host_key: '
+                "the public host key its machines' image carries, so a replacement's key is "
+                "checked without asking; without it, `rgt resume NAME --new-machine` asks you"
+            )
+        old = _machine_of(registry, spec)
+        if old["ended_at"] is None:
+            try:
+                _confirm_gone(provider_for(profile), old)
+            except UsageError:
+                return None  # it is there, or the platform did not say: the job stays
+        return resume_on_new_machine(spec, project, lambda _text: False, pinned=pinned)
+    except RgtError as exc:
+        registry.event(spec.job_id, "auto_new_machine_refused", why=str(exc)[:500])
+        log.warning("no automatic new machine for %s: %s", spec.job_id, exc)
+        return "refused"

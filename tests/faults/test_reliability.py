@@ -362,7 +362,11 @@ def test_secrets_live_only_where_and_while_the_job_needs_them(
     evidence.keep(ckpt)
     for pid in (status["job_pid"], status["agent_pid"]):
         os.kill(int(pid), signal.SIGKILL)
-    wait_for(lambda: not pid_alive(int(status["agent_pid"])), 30, "the agent to die")
+    wait_for(
+        lambda: not any(pid_alive(int(status[k])) for k in ("agent_pid", "job_pid")),
+        60,
+        "the agent and the job to die",
+    )
     assert (control / "secrets.json").exists()  # what a killed agent leaves
     snap = Job.from_registry("keyed", project).snapshot()
     assert snap.state == "lost" and "removed its leftover secrets file" in (snap.diagnosis or "")

@@ -26,7 +26,7 @@ from ..conftest import control_json, wait_for
 from ..fakeclouds import RunPodFake
 from ..s3server import Bucket
 from ..test_bucket import LARGE, STEPS, _cfg, _profile, _run
-from ..test_new_machine import _reclaimed, cloud  # noqa: F401 - the platform and its boxes
+from ..test_new_machine import _reclaimed, cloud, cut_job  # noqa: F401 - the platform and its boxes
 from .evidence import Evidence
 
 
@@ -159,18 +159,6 @@ def test_a_kill_mid_upload_never_leaves_a_newer_checkpoint_trusted(
     assert evidence.account(resumed.spec.ckpt_dir) == 0
 
 
-def _cut_job(project: Path, fake: RunPodFake, remote: Path) -> Job:
-    """A job on pod1 whose checkpoint of step 3 reached the bucket; then pod1 is reclaimed."""
-    job = submit(LaunchRequest(program=STEPS, name="cut", profile="gpu", host="pod1"), project)
-    wait_for(
-        lambda: (control_json(job, "bucket.json") or {}).get("durable_step") == 3,
-        180,
-        "step 3 in the bucket",
-    )
-    _reclaimed(job, fake, remote)
-    return job
-
-
 @pytest.mark.fault(
     "F14-observe-outage",
     asserts="a platform that does not answer is an observation outage, never a preemption: "
@@ -193,7 +181,7 @@ def test_an_observation_outage_never_moves_a_job(
     Taking a failed look for a gone machine would pay for a second machine while the first
     may still run the job."""
     fake, remote = cloud
-    job = _cut_job(project, fake, remote)
+    job = cut_job(project, fake, remote)
     creates = len(fake.calls("POST", "/pods"))
     capsys.readouterr()
     fake.drop_next = 1000  # every GET goes unanswered
@@ -236,7 +224,7 @@ def test_a_replacement_that_does_not_boot_is_kept_and_waited_for(
     )
     assert straight.wait(180) == "finished", straight.log()
     expected = straight.result()["w"]
-    job = _cut_job(project, fake, remote)
+    job = cut_job(project, fake, remote)
     creates = len(fake.calls("POST", "/pods"))
     capsys.readouterr()
 

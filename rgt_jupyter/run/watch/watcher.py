@@ -36,8 +36,8 @@ from ...jobs.spec import JobSpec
 from ...remote.probe import probe
 from ...store.registry import Registry
 from ...transport import FileStat, Transport
-from ..relaunch import retries_left, retry_after_node_loss
 from .reads import CachedReads, Lines, as_bytes, clean_lines, probe_source
+from .relaunches import Relaunches
 
 
 class Watched(Protocol):
@@ -108,6 +108,8 @@ class Followed:
     mark: str = ""
     #: The newest log lines, cleaned (ANSI, carriage returns, long lines) as they arrived.
     clean: deque[str] = field(default_factory=lambda: deque(maxlen=200))
+    #: The last look failed (the machine did not answer), and when the platform was last asked.
+    unobserved: bool = False
 
 
 class Watcher:
@@ -136,6 +138,7 @@ class Watcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_key = 0
+        self._relaunches = Relaunches()
         self.last_tick: float | None = None
         self._stamped = 0.0
         self.error: str | None = None
@@ -311,8 +314,13 @@ class Watcher:
         for f in singles:
             self._observe_single(f)
         for f in followed:
-            if f.done and f.snap is not None:
-                self._ended(f, f.snap)
+            if f.snap is None:
+                continue
+            if f.done:
+                self._relaunches.ended(f.job.spec, f.snap, f.job.project)
+            if f.job.spec.instance_id and (f.unobserved or f.snap.state == "lost"):
+                # A lost job is no longer followed: its question is asked until answered.
+                self._relaunches.unobservable(f.job.spec, f.job.project, keep_asking=f.done)
         moved = False
         for f in followed:
             if f.snap is not None:
@@ -330,27 +338,17 @@ class Watcher:
             return "more"
         return changed
 
-    def _ended(self, f: Followed, snap: Snapshot) -> None:
-        """A job seen ending: retried after a lost node where its profile asks for that
-        (:mod:`..relaunch`), on a thread of its own, since a launch takes seconds."""
-        if snap.failure != "node_lost" or retries_left(f.job.spec) <= 0:
-            return
-        threading.Thread(
-            target=retry_after_node_loss,
-            args=(f.job.spec, snap, f.job.project),
-            name=f"rgt-retry-{f.job.id}",
-            daemon=True,
-        ).start()
-
     def _observe_single(self, f: Followed) -> None:
         try:
             f.snap = f.job.snapshot()
         except Exception as exc:  # noqa: BLE001 - shown to the view; the watcher goes on
             f.snap = self._unreachable(f, exc)
             return
+        f.unobserved = False
         f.done = f.snap.terminal
 
     def _unreachable(self, f: Followed, exc: BaseException) -> Snapshot:
+        f.unobserved = True
         job = f.job
         prev = f.snap
         snap = Snapshot(
@@ -475,7 +473,7 @@ class Watcher:
             # exit record: once its log is read, it is done.
             f.done = True
         snap.watcher = self.liveness()
-        f.snap = snap
+        f.snap, f.unobserved = snap, False
         f.new_lines = new_lines
 
     def _deliver(self) -> bool:

@@ -52,9 +52,13 @@ def fetch_host_key(alias: str, project: Path | None = None) -> tuple[HostSpec, p
         transport.close()
 
 
-def trust_host(alias: str, project: Path, confirm: Any) -> dict[str, Any]:
+def trust_host(
+    alias: str, project: Path, confirm: Any, pinned: str | None = None
+) -> dict[str, Any]:
     """Show the key ``alias`` presents and, if ``confirm(message)`` says yes, record it in
     ``<project>/.rgt/known_hosts`` with who trusted it and when (``.rgt/trusted_hosts.jsonl``).
+    ``pinned``: an OpenSSH public key line (``TYPE BASE64 [comment]``) the host must present,
+    decided without asking (a key baked into the machine's image); any other key is refused.
 
     A key that differs from a known one is refused: that is never settled here.
     """
@@ -75,7 +79,15 @@ def trust_host(alias: str, project: Path, confirm: Any) -> dict[str, Any]:
         f"{alias} ({spec.key_name}) presents a {key.get_name()} key\n  {fp}\n"
         "Compare it with the fingerprint the provider's console or the machine's owner shows."
     )
-    if not confirm(message):
+    if pinned is not None:
+        parts = pinned.split()
+        if parts[:2] != [key.get_name(), key.get_base64()]:
+            raise SSHError(
+                "host_key_mismatch",
+                f"{alias} ({spec.key_name}) presents {key.get_name()} {fp}, not the pinned host "
+                "key the profile names: it is not trusted, and nothing was written",
+            )
+    elif not confirm(message):
         raise UsageError(f"{alias} was not trusted; nothing was written")
     state = project / ".rgt"
     state.mkdir(parents=True, exist_ok=True)
@@ -89,7 +101,7 @@ def trust_host(alias: str, project: Path, confirm: Any) -> dict[str, Any]:
         "port": spec.port,
         "key_type": key.get_name(),
         "fingerprint": fp,
-        "trusted_by": getpass.getuser(),
+        "trusted_by": "the profile's pinned host key" if pinned else getpass.getuser(),
         "at": time.time(),
         "first_contact_mitm_unavailable": True,
     }
