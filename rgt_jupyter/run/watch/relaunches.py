@@ -65,8 +65,7 @@ class Relaunches:
             self._asked[spec.job_id] = now
 
         def ask() -> None:
-            # deferred: the platform adapters and paramiko, for rented machines only
-            from ..replace import replace_if_gone, wants_new_machine
+            from ..replace import replace_if_gone, wants_new_machine  # deferred: paramiko
 
             if not wants_new_machine(spec, project):
                 return
