@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -83,7 +84,7 @@ def run(n: int, window: float, sleep: float, out: Path) -> dict[str, Any]:
     from rgt_jupyter.run.watch.watcher import Watcher
 
     program = f"import time\ntime.sleep({sleep})\n"
-    with tempfile.TemporaryDirectory(prefix="rgt-bench-slurm-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rgt-bench-slurm-", ignore_cleanup_errors=True) as tmp:
         root = Path(tmp).resolve()
         project = root / "proj"
         (project / ".rgt" / "profiles").mkdir(parents=True)
@@ -130,7 +131,8 @@ def run(n: int, window: float, sleep: float, out: Path) -> dict[str, Any]:
             batched = _timed(["squeue", "-h", "-t", "all", f"--jobs={','.join(ids)}"])
             per_job = sum(_timed(["squeue", "-h", "-t", "all", "-j", i]) for i in ids)
             subprocess.run(["scancel", *ids], check=False)
-            states = {j.snapshot(log_lines=0).state for j in jobs}
+            states = _settled(jobs, ids)
+        _remove(root)
     report: dict[str, Any] = {
         "benchmark": "slurm_watch",
         "description": "a notebook's watcher following N Slurm jobs on the one-node test "
@@ -154,6 +156,42 @@ def run(n: int, window: float, sleep: float, out: Path) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def _settled(jobs: list[Any], ids: list[str], bound: float = 300.0) -> set[str]:
+    """The jobs' states once Slurm lists none of them and their agents stopped writing.
+
+    A cancelled job's agent still records its ending after ``scancel`` returns; removing the
+    project under it would race those writes.
+    """
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        queued = subprocess.run(
+            ["squeue", "-h", "-o", "%i", f"--jobs={','.join(ids)}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        states = {j.snapshot(log_lines=0).state for j in jobs}
+        if not queued.stdout.strip() and not states & {"running", "queued", "starting"}:
+            return states
+        time.sleep(1.0)
+    return {j.snapshot(log_lines=0).state for j in jobs}
+
+
+def _remove(root: Path, bound: float = 60.0) -> None:
+    """Remove the bench's project, retrying while a late writer still adds files to it."""
+    deadline = time.monotonic() + bound
+    while True:
+        try:
+            shutil.rmtree(root)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def _timed(argv: list[str]) -> float:
