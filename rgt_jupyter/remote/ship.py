@@ -21,26 +21,34 @@ when ``when`` exists (the job ended), never while a job still writes.
 
 ``recv OBJDIR``: the reverse, for pushes into a content-addressed store. stdin holds a 4-byte
 length, that many bytes of JSON ``[[sha256, size], ...]``, then each object's bytes in that order.
-Each object is written under a temporary name, hashed, fsynced, and given its name (its sha256)
-only when the hash matches, with a stamp beside it (``<sha256>.ok``: its size, mtime, ctime and
-inode then); one that does not match is deleted and reported. A stream cut short leaves
-the objects that came whole and nothing else. The answer on stdout is JSON
-``{"stored": [...], "bad": [...]}``; exit 3 when the stream ended early.
+Each object is written under a temporary name and hashed as it arrives; one whose hash matches
+is then fsynced, given its name (its sha256) and a stamp beside it (``<sha256>.ok``: its size,
+mtime, ctime and inode then) by a thread of its own, in order, while the next objects arrive, so
+the disk's flushes overlap the network. One that does not match is deleted and reported; a
+failed fsync names nothing from there on and fails the run. A stream cut short leaves the objects
+that came whole and nothing else. The answer on stdout is JSON ``{"stored": [...], "bad": [...]}``
+(and ``"cut": sha256`` of the object the stream broke in); exit 3 when the stream ended early.
 """
 
 import hashlib
 import json
 import os
+import queue
 import struct
 import sys
-from typing import Any, Dict, List, Optional
+import threading
+from typing import Any, Dict, List, Optional, Union
 
 HEADER = struct.Struct(">BQQ")
 DATA, MISSING, ERROR, END = 0, 1, 2, 255
 CHUNK = 8 << 20
+#: The pipe buffer ``recv`` asks for on its input (the most an unprivileged process may).
+PIPE_BYTES = 1 << 20
+#: Objects received whole but not yet confirmed on disk, at most (each holds a descriptor).
+PENDING = 64
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: Union[bytes, memoryview]) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -119,6 +127,64 @@ def _stamp(obj: str) -> None:
     os.replace(tmp, obj + ".ok")
 
 
+class _Confirmer:
+    """Confirms whole objects on disk from a thread of its own while the next ones arrive: each
+    is fsynced, then given its name and its stamp, in order. The first failed fsync stops it:
+    that object and every one after it stay unnamed (removed), and :meth:`close` raises it."""
+
+    def __init__(self) -> None:
+        self.stored: List[str] = []
+        self.error: Optional[OSError] = None
+        self._queue: Any = queue.Queue(maxsize=PENDING)
+        self._thread = threading.Thread(target=self._run, name="rgt-recv-fsync")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def put(self, fd: int, tmp: str, final: str, sha: str) -> None:
+        self._queue.put((fd, tmp, final, sha))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fd, tmp, final, sha = item
+            try:
+                if self.error is None:
+                    os.fsync(fd)
+            except OSError as exc:
+                self.error = exc
+            finally:
+                os.close(fd)
+            try:
+                if self.error is not None:
+                    os.unlink(tmp)
+                    continue
+                os.replace(tmp, final)
+                _stamp(final)
+                self.stored.append(sha)
+            except OSError as exc:  # the queue is drained to its end whatever fails
+                self.error = self.error or exc
+
+    def close(self) -> List[str]:
+        """Wait for every object handed over; the names given (or the fsync's error raised)."""
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.stored
+
+
+def _grow_pipe(fd: int) -> None:
+    """A larger pipe buffer on ``fd`` where it is a pipe (fewer, larger reads); else nothing."""
+    try:
+        import fcntl  # deferred: POSIX only, and this module is also imported where it is absent
+
+        fcntl.fcntl(fd, 1031, PIPE_BYTES)  # F_SETPIPE_SZ
+    except (ImportError, OSError):
+        pass
+
+
 def recv(objdir: str) -> int:
     fd = sys.stdin.fileno()
     head = _read_exact(fd, 4)
@@ -127,42 +193,55 @@ def recv(objdir: str) -> int:
     listed = _read_exact(fd, struct.unpack(">I", head)[0])
     if listed is None:
         return 3
-    stored: List[str] = []
+    _grow_pipe(fd)
     bad: List[str] = []
     made = set()
-    for sha, size in json.loads(listed.decode("utf-8")):
-        if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
-            raise ValueError("not a sha256: %r" % sha)
-        folder = os.path.join(objdir, sha[:2])
-        if folder not in made:
-            os.makedirs(folder, exist_ok=True)
-            made.add(folder)
-        tmp = os.path.join(folder, ".%s.tmp-%d" % (sha, os.getpid()))
-        digest = hashlib.sha256()
-        left = int(size)
-        with open(tmp, "wb") as fh:
-            while left:
-                data = os.read(fd, min(left, CHUNK))
-                if not data:
-                    fh.close()
-                    os.unlink(tmp)
-                    sys.stdout.write(json.dumps({"stored": stored, "bad": bad, "cut": sha}))
-                    return 3
-                digest.update(data)
-                fh.write(data)
-                left -= len(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if digest.hexdigest() != sha:
-            os.unlink(tmp)
-            bad.append(sha)
-            continue
-        final = os.path.join(folder, sha)
-        os.replace(tmp, final)
-        _stamp(final)
-        stored.append(sha)
-    sys.stdout.write(json.dumps({"stored": stored, "bad": bad}))
-    return 0
+    buf = bytearray(PIPE_BYTES)
+    view = memoryview(buf)
+    confirm = _Confirmer()
+    cut = None
+    try:
+        for sha, size in json.loads(listed.decode("utf-8")):
+            if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+                raise ValueError("not a sha256: %r" % sha)
+            folder = os.path.join(objdir, sha[:2])
+            if folder not in made:
+                os.makedirs(folder, exist_ok=True)
+                made.add(folder)
+            tmp = os.path.join(folder, ".%s.tmp-%d" % (sha, os.getpid()))
+            digest = hashlib.sha256()
+            left = int(size)
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                while left:
+                    n = os.readv(fd, [view[: min(left, PIPE_BYTES)]])
+                    if not n:
+                        break
+                    digest.update(view[:n])
+                    _write_all(out, view[:n])
+                    left -= n
+            except BaseException:
+                os.close(out)
+                os.unlink(tmp)
+                raise
+            if left:
+                os.close(out)
+                os.unlink(tmp)
+                cut = sha
+                break
+            if digest.hexdigest() != sha:
+                os.close(out)
+                os.unlink(tmp)
+                bad.append(sha)
+                continue
+            confirm.put(out, tmp, os.path.join(folder, sha), sha)
+    finally:
+        stored = confirm.close()  # what came whole is kept, also when the stream was cut
+    answer: Dict[str, Any] = {"stored": stored, "bad": bad}
+    if cut is not None:
+        answer["cut"] = cut
+    sys.stdout.write(json.dumps(answer))
+    return 3 if cut is not None else 0
 
 
 def _pids(data: bytes) -> List[int]:
