@@ -3,6 +3,7 @@ as the stdin of the launch command)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -16,6 +17,7 @@ from typing import Any
 from .. import integrations, remote
 from ..errors import LaunchError, TransportError
 from ..remote import ship_argv
+from ..remote.ship import HELLO
 from ..store.hashcache import HashCache
 from ..transport import Transport
 from .request import LaunchRequest
@@ -85,28 +87,34 @@ def _push(
 
     local_of = {sha: local for (local, rel) in pushed for sha in [wanted[rel]]}
     todo = dict(wanted)  # what is still to be placed in the job's code dir
-    missing = agent_json("place", objects, f"{control}/code", payload=todo)["missing"]
-    for attempt in range(3):  # held objects are placed at once; the missing ones are sent
-        if not missing:
-            return wanted
-        if attempt == 2:
-            break
-        if transport.bulk:
-            _send_objects(transport, python, objects, [(s, local_of[s]) for s in missing], sent)
-        else:
-            for sha in missing:
-                transport.put(local_of[sha], f"{objects}/{sha[:2]}/{sha}")
-                sent.append(sha)
-        todo = {rel: sha for rel, sha in wanted.items() if sha in set(missing)}
+    recv = ship_argv(python, "recv", objects)
+    # The stream that would carry new objects starts now: its handshake overlaps the look.
+    with transport.warm_stream(recv) if transport.bulk else contextlib.nullcontext():
         missing = agent_json("place", objects, f"{control}/code", payload=todo)["missing"]
+        for attempt in range(3):  # held objects are placed at once; the missing ones are sent
+            if not missing:
+                return wanted
+            if attempt == 2:
+                break
+            todo = {rel: sha for rel, sha in wanted.items() if sha in set(missing)}
+            items = [(s, local_of[s]) for s in missing]
+            if transport.bulk:  # sent, then placed by the same command
+                place = {"agent": agent, "dest": f"{control}/code", "entries": todo}
+                missing = _send_objects(transport, recv, items, sent, place)
+                continue
+            for sha, local in items:
+                transport.put(local, f"{objects}/{sha[:2]}/{sha}")
+                sent.append(sha)
+            missing = agent_json("place", objects, f"{control}/code", payload=todo)["missing"]
     raise LaunchError(f"objects kept arriving damaged on {transport.host}: {missing[:3]}")
 
 
-def _object_bytes(items: list[tuple[str, int, Path]]) -> Iterator[bytes]:
-    """The stream :mod:`rgt_jupyter.remote.ship` ``recv`` reads: the list, then each object's
+def _object_bytes(items: list[tuple[str, int, Path]], place: Any) -> Iterator[bytes]:
+    """The stream :mod:`rgt_jupyter.remote.ship` ``recv`` reads: the request, then each object's
     bytes. Exactly the listed size is sent: a file that changed since it was hashed arrives with
     other bytes and is refused by its hash there, never mistaken for it."""
-    header = json.dumps([[sha, size] for sha, size, _ in items]).encode()
+    request = {"objects": [[sha, size] for sha, size, _ in items], "place": place}
+    header = json.dumps(request).encode()
     yield struct.pack(">I", len(header)) + header
     for _, size, local in items:
         left = size
@@ -121,27 +129,31 @@ def _object_bytes(items: list[tuple[str, int, Path]]) -> Iterator[bytes]:
 
 def _send_objects(
     transport: Transport,
-    python: str,
-    objects: str,
+    argv: list[str],
     todo: list[tuple[str, Path]],
     sent: list[str],
-) -> None:
-    """Send objects over one stream (the bulk path); ``sent`` gets those stored whole there."""
+    place: dict[str, Any],
+) -> list[str]:
+    """Send objects over one stream (the bulk path), then have the same command place
+    ``place``'s entries; ``sent`` gets those stored whole there. Returns what could not be
+    placed."""
     items = [(sha, local.stat().st_size, local) for sha, local in todo]
-    argv = ship_argv(python, "recv", objects)
     try:
         size = sum(size for _, size, _ in items)
-        with transport.exec_stream(argv, _object_bytes(items), "a push", size) as answer:
+        source = _object_bytes(items, place)
+        with transport.exec_stream(argv, source, "a push", size, hello=HELLO) as answer:
             reply = _read_all(answer)
     except (FileNotFoundError, PermissionError) as exc:
         raise LaunchError(f"the push to {transport.host} failed: {exc}") from exc
     except OSError as exc:
         raise TransportError(f"the push stream broke off: {exc}") from exc
     try:
-        stored = json.loads(reply)["stored"]
+        answer_json = json.loads(reply)
+        stored, missing = answer_json["stored"], answer_json["missing"]
     except (ValueError, KeyError, TypeError) as exc:
         raise TransportError(f"the push got no answer from {transport.host}") from exc
     sent.extend(stored)
+    return [str(sha) for sha in missing]
 
 
 def _read_all(stream: Any) -> bytes:

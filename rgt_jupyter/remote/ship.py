@@ -19,15 +19,20 @@ file longer than its limit (``limits`` for that path, else ``limit``) is left ou
 usual way), and ``argv`` (the agent's listing with its hashes) runs only
 when ``when`` exists (the job ended), never while a job still writes.
 
-``recv OBJDIR``: the reverse, for pushes into a content-addressed store. stdin holds a 4-byte
-length, that many bytes of JSON ``[[sha256, size], ...]``, then each object's bytes in that order.
-Each object is written under a temporary name and hashed as it arrives; one whose hash matches
-is then fsynced, given its name (its sha256) and a stamp beside it (``<sha256>.ok``: its size,
-mtime, ctime and inode then) by a thread of its own, in order, while the next objects arrive, so
-the disk's flushes overlap the network. One that does not match is deleted and reported; a
-failed fsync names nothing from there on and fails the run. A stream cut short leaves the objects
-that came whole and nothing else. The answer on stdout is JSON ``{"stored": [...], "bad": [...]}``
-(and ``"cut": sha256`` of the object the stream broke in); exit 3 when the stream ended early.
+``recv OBJDIR``: the reverse, for pushes into a content-addressed store. It first writes one
+byte, ``+`` (it started: the sender may send). stdin holds a 4-byte length, that many bytes of
+JSON ``{"objects": [[sha256, size], ...], "place": null or {"agent": path, "dest": dir,
+"entries": {rel: sha256}}}``, then each object's bytes in that order. Each object is hashed as
+it arrives while a thread of its own writes it under a temporary name (O_DIRECT where the
+filesystem takes it, for objects from ``DIRECT_MIN`` bytes on: straight to the disk, so its
+fsync has little left to do) and, once it matched, fsyncs it and gives it its name (its sha256)
+and a stamp beside it (``<sha256>.ok``: its size, mtime, ctime and inode then), in order, so the
+disk overlaps the network. One that does not match is deleted and reported; a failed write or
+fsync names nothing from there on and fails the run. A stream cut short leaves the objects that
+came whole and nothing else. Then, when asked, the agent's ``place`` of the entries runs here.
+The answer on stdout (after the ``+``) is JSON ``{"stored": [...], "bad": [...], "missing":
+[...]}`` (``missing``: what ``place`` could not place; ``"cut": sha256`` of the object the
+stream broke in instead); exit 3 when the stream ended early.
 """
 
 import hashlib
@@ -44,8 +49,17 @@ DATA, MISSING, ERROR, END = 0, 1, 2, 255
 CHUNK = 8 << 20
 #: The pipe buffer ``recv`` asks for on its input (the most an unprivileged process may).
 PIPE_BYTES = 1 << 20
-#: Objects received whole but not yet confirmed on disk, at most (each holds a descriptor).
-PENDING = 64
+#: Work queued for the disk thread, at most (objects opened, buffers written, objects done).
+PENDING = 256
+#: What ``recv`` writes first, before it reads: it started (the sender may send).
+HELLO = b"+"
+#: Objects from this size on are written O_DIRECT (where the filesystem takes it), from
+#: :data:`BUFFERS` aligned buffers of :data:`RECV_CHUNK` bytes.
+DIRECT_MIN = 512 << 10
+BUFFERS = 4
+RECV_CHUNK = 4 << 20
+ALIGN = 4096
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
 def _write_all(fd: int, data: Union[bytes, memoryview]) -> None:
@@ -127,52 +141,137 @@ def _stamp(obj: str) -> None:
     os.replace(tmp, obj + ".ok")
 
 
-class _Confirmer:
-    """Confirms whole objects on disk from a thread of its own while the next ones arrive: each
-    is fsynced, then given its name and its stamp, in order. The first failed fsync stops it:
-    that object and every one after it stay unnamed (removed), and :meth:`close` raises it."""
+class _Disk:
+    """Writes and confirms objects from a thread of its own while the next ones arrive, in the
+    order handed over: each object's bytes are written (O_DIRECT from aligned buffers where the
+    filesystem takes it, a tail that is not a whole block through the page cache), then it is
+    fsynced, given its name and its stamp. The first failure (a write, an fsync) stops it: that
+    object and every one after it stay unnamed (removed), and :meth:`close` raises it."""
 
-    def __init__(self) -> None:
+    def __init__(self, buffers: "queue.Queue[Any]") -> None:
         self.stored: List[str] = []
         self.error: Optional[OSError] = None
+        self.buffers = buffers
         self._queue: Any = queue.Queue(maxsize=PENDING)
-        self._thread = threading.Thread(target=self._run, name="rgt-recv-fsync")
+        self._fd = -1
+        self._pos = 0
+        self._direct = False
+        self._thread = threading.Thread(target=self._run, name="rgt-recv-disk")
         self._thread.daemon = True
         self._thread.start()
 
-    def put(self, fd: int, tmp: str, final: str, sha: str) -> None:
-        self._queue.put((fd, tmp, final, sha))
+    def open(self, tmp: str, size: int) -> None:
+        self._queue.put(("open", tmp, size))
+
+    def write(self, buf: Any, count: int) -> None:
+        """``count`` bytes of the aligned buffer ``buf`` (given back to :attr:`buffers`)."""
+        self._queue.put(("data", buf, count))
+
+    def done(self, tmp: str, final: str, sha: str) -> None:
+        self._queue.put(("done", tmp, final, sha))
+
+    def drop(self, tmp: str) -> None:
+        self._queue.put(("drop", tmp))
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:
                 return
-            fd, tmp, final, sha = item
+            try:
+                self._do(item)
+            except OSError as exc:  # the queue is drained to its end whatever fails
+                self.error = self.error or exc
+            finally:
+                if item[0] == "data":
+                    self.buffers.put(item[1])
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _do(self, item: Any) -> None:
+        kind = item[0]
+        if kind == "open":
+            self._close_fd()
+            if self.error is not None:
+                return
+            _, tmp, size = item
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+            self._direct = bool(_O_DIRECT) and size >= DIRECT_MIN
+            if self._direct:
+                try:
+                    self._fd = os.open(tmp, flags | _O_DIRECT, 0o644)
+                except OSError as exc:
+                    if exc.errno != 22:  # EINVAL: no O_DIRECT on this filesystem
+                        raise
+                    self._direct = False
+            if self._fd < 0:
+                self._fd = os.open(tmp, flags, 0o644)
+            self._pos = 0
+        elif kind == "data":
+            if self.error is None and self._fd >= 0:
+                with memoryview(item[1]) as whole:
+                    self._write(whole[: item[2]])
+        elif kind == "drop":
+            self._close_fd()
+            _unlink(item[1])
+        elif kind == "done":
+            _, tmp, final, sha = item
             try:
                 if self.error is None:
-                    os.fsync(fd)
-            except OSError as exc:
-                self.error = exc
+                    os.fsync(self._fd)
             finally:
-                os.close(fd)
-            try:
+                self._close_fd()
                 if self.error is not None:
-                    os.unlink(tmp)
-                    continue
+                    _unlink(tmp)
+            if self.error is None:
                 os.replace(tmp, final)
                 _stamp(final)
                 self.stored.append(sha)
-            except OSError as exc:  # the queue is drained to its end whatever fails
-                self.error = self.error or exc
+
+    def _write(self, view: memoryview) -> None:
+        """Its whole blocks O_DIRECT while the object is, the rest (and all of it once O_DIRECT
+        refused an alignment) through the page cache."""
+        while view:
+            take = len(view) - len(view) % ALIGN if self._direct else len(view)
+            if take:
+                try:
+                    n = os.pwrite(self._fd, view[:take], self._pos)
+                except OSError as exc:
+                    if exc.errno != 22 or not self._direct:
+                        raise
+                    take = 0
+            if not take:  # a tail that is not a whole block, or an alignment refused
+                self._plain()
+                continue
+            self._pos += n
+            view = view[n:]
+
+    def _plain(self) -> None:
+        """Clear O_DIRECT: the object's next writes go through the page cache."""
+        import fcntl  # deferred: POSIX only
+
+        flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+        fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~_O_DIRECT)
+        self._direct = False
 
     def close(self) -> List[str]:
-        """Wait for every object handed over; the names given (or the fsync's error raised)."""
+        """Wait for every object handed over; the names given (or the first error raised)."""
         self._queue.put(None)
         self._thread.join()
+        self._close_fd()
         if self.error is not None:
             raise self.error
         return self.stored
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _grow_pipe(fd: int) -> None:
@@ -185,8 +284,36 @@ def _grow_pipe(fd: int) -> None:
         pass
 
 
+def _fill(fd: int, view: memoryview) -> int:
+    """Read into all of ``view`` (less only where the input ends); how much came."""
+    got = 0
+    while got < len(view):
+        n = os.readv(fd, [view[got:]])
+        if not n:
+            break
+        got += n
+    return got
+
+
+def _place(request: Dict[str, Any], objdir: str) -> List[str]:
+    """The agent's ``place`` of the request's entries, in this process (the agent's file loaded
+    as a module): the sha256s it could not place."""
+    import importlib.util  # deferred: only a push that places needs it
+
+    spec = importlib.util.spec_from_file_location("rgt_agent", request["agent"])
+    if spec is None or spec.loader is None:
+        raise OSError("cannot load the agent at %s" % request["agent"])
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    missing: List[str] = agent.place_entries(objdir, request["dest"], request["entries"])
+    return missing
+
+
 def recv(objdir: str) -> int:
+    import mmap  # deferred: only a push needs aligned buffers
+
     fd = sys.stdin.fileno()
+    os.write(sys.stdout.fileno(), HELLO)  # started: the sender may now send
     head = _read_exact(fd, 4)
     if head is None:
         return 3
@@ -194,14 +321,16 @@ def recv(objdir: str) -> int:
     if listed is None:
         return 3
     _grow_pipe(fd)
+    request = json.loads(listed.decode("utf-8"))
     bad: List[str] = []
     made = set()
-    buf = bytearray(PIPE_BYTES)
-    view = memoryview(buf)
-    confirm = _Confirmer()
+    buffers: Any = queue.Queue()
+    for _ in range(BUFFERS):
+        buffers.put(mmap.mmap(-1, RECV_CHUNK))
+    disk = _Disk(buffers)
     cut = None
     try:
-        for sha, size in json.loads(listed.decode("utf-8")):
+        for sha, size in request["objects"]:
             if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
                 raise ValueError("not a sha256: %r" % sha)
             folder = os.path.join(objdir, sha[:2])
@@ -211,35 +340,34 @@ def recv(objdir: str) -> int:
             tmp = os.path.join(folder, ".%s.tmp-%d" % (sha, os.getpid()))
             digest = hashlib.sha256()
             left = int(size)
-            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                while left:
-                    n = os.readv(fd, [view[: min(left, PIPE_BYTES)]])
-                    if not n:
-                        break
-                    digest.update(view[:n])
-                    _write_all(out, view[:n])
-                    left -= n
-            except BaseException:
-                os.close(out)
-                os.unlink(tmp)
-                raise
+            disk.open(tmp, left)
+            while left:
+                if disk.error is not None:
+                    raise disk.error
+                buf = buffers.get()
+                with memoryview(buf) as whole:
+                    n = _fill(fd, whole[: min(left, RECV_CHUNK)])
+                    digest.update(whole[:n])
+                disk.write(buf, n)
+                left -= n
+                if not n:
+                    break
             if left:
-                os.close(out)
-                os.unlink(tmp)
+                disk.drop(tmp)
                 cut = sha
                 break
             if digest.hexdigest() != sha:
-                os.close(out)
-                os.unlink(tmp)
+                disk.drop(tmp)
                 bad.append(sha)
                 continue
-            confirm.put(out, tmp, os.path.join(folder, sha), sha)
+            disk.done(tmp, os.path.join(folder, sha), sha)
     finally:
-        stored = confirm.close()  # what came whole is kept, also when the stream was cut
+        stored = disk.close()  # what came whole is kept, also when the stream was cut
     answer: Dict[str, Any] = {"stored": stored, "bad": bad}
     if cut is not None:
         answer["cut"] = cut
+    elif request.get("place"):
+        answer["missing"] = _place(request["place"], objdir)
     sys.stdout.write(json.dumps(answer))
     return 3 if cut is not None else 0
 

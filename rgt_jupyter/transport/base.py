@@ -9,7 +9,9 @@ are never joined into a shell line here without quoting.
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -77,10 +79,19 @@ class Transport(abc.ABC):
         source: Iterable[bytes] | None = None,
         what: str = "",
         size_hint: int | None = None,
+        hello: bytes = b"",
     ) -> ReadStream:
         """The output of ``argv`` as a stream, the chunks of ``source`` as its input (where
-        :attr:`bulk` is set); ``size_hint``: about how many bytes will travel."""
+        :attr:`bulk` is set); ``size_hint``: about how many bytes will travel; ``hello``: what
+        the command writes before it reads its input (checked, and not part of the stream)."""
         raise NotImplementedError(f"the {self.name} transport carries no bulk streams")
+
+    def warm_stream(self, argv: list[str]) -> AbstractContextManager[None]:
+        """Start the stream of ``argv`` ahead of need where that pays (its connection's
+        handshake then overlaps what the caller does next): the next :meth:`exec_stream` of the
+        same ``argv`` inside the block takes it; one not taken is stopped when the block ends.
+        Nothing where streams cost no handshake."""
+        return contextlib.nullcontext()
 
     def round_trip(self) -> float:
         """Seconds a request takes to be answered (0 where the machine is this one)."""

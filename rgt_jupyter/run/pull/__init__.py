@@ -33,6 +33,7 @@ from ...backends import observe
 from ...errors import PullError, TransportError
 from ...jobs.records import read_record
 from ...jobs.spec import JobSpec
+from ...remote import ship_argv
 from ...store.fsutil import atomic_write_bytes, fsync_dir
 from ...store.locks import held, lock_path
 from ...store.project import runs_dir
@@ -226,6 +227,15 @@ def _pull(spec: JobSpec, project: Path, to: Path | None, on_progress: ProgressFn
     if adopted:
         return adopted[-1]
     transport = get_transport(spec.transport, spec.host_alias, project)
+    # The stream that brings the files is started now: its handshake overlaps the look.
+    with transport.warm_stream(ship_argv(spec.python, "send")):
+        return _pull_from(transport, spec, project, root, on_progress)
+
+
+def _pull_from(
+    transport: Transport, spec: JobSpec, project: Path, root: Path, on_progress: ProgressFn | None
+) -> Path:
+    """:func:`pull` from its look on, over ``transport``."""
     ahead = read_ahead(transport, spec, listing_argv(spec))  # one round trip, not a dozen
     snap = observe(ahead.view, spec)
     drop_leftover_secrets(transport, spec, snap, Registry(project))

@@ -1,8 +1,7 @@
 """Many files of a pull over one stream: the remote frames them (:mod:`rgt_jupyter.remote.ship`),
-this side writes each into its ``.part``, hashes it as it arrives and confirms it on disk from a
-thread of its own while the next files arrive, in groups (one filesystem-wide flush, then each
-file's own fsync, which reports that file's write error). A file is handed back only once its fsync confirmed it, so
-the caller may judge and rename it; a stream cut short still hands back every file that came
+this side hashes each as it arrives while threads of their own write it into its ``.part`` and
+confirm it on disk (:mod:`.sink`), as the next files arrive. A file is handed back only once its
+fsync confirmed it, so the caller may judge and rename it; a stream cut short still hands back every file that came
 whole (and confirmed) before it raises, and the file it was cut in stays a ``.part`` that the
 next pull resumes from its end.
 """
@@ -14,26 +13,20 @@ import json
 import os
 import struct
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...errors import PullError, TransportError
 from ...remote import ship_argv
-from ...store.fsutil import SyncBehind, UnconfirmedWrite, fsync_file, sync_filesystem
+from ...store.fsutil import UnconfirmedWrite
 from ...transport import Transport
+from .sink import DIRECT_MIN, Buffers, Writer, read_into
 
 HEADER = struct.Struct(">BQQ")
 DATA, MISSING, ERROR, END = 0, 1, 2, 255
-#: Files from this size on are flushed behind the writer as they arrive (:class:`SyncBehind`).
-SYNC_BEHIND_MIN = 64 << 20
-#: Files are confirmed on disk in groups of this many (or of this many bytes): one
-#: filesystem-wide flush for the group, then each file's own fsync, which then costs little.
-GROUP_FILES = 128
-GROUP_BYTES = 64 << 20
 #: Files received but not yet confirmed, at most: past it the receiver waits for the disk.
 MAX_PENDING = 384
 _BUF = 1 << 20
@@ -118,6 +111,17 @@ class FrameReader:
         self._start += n
         return out
 
+    def fill(self, view: memoryview) -> int:
+        """Read into ``view``: what is buffered first, else straight from the stream (at most
+        ``len(view)`` bytes; 0 at the end)."""
+        if self._start < self._end:
+            take = min(len(view), self._end - self._start)
+            view[:take] = self._view[self._start : self._start + take]
+            self._start += take
+            return take
+        count: int = self._stream.readinto(view)
+        return count
+
     def chunks(self, n: int) -> Iterator[memoryview]:
         """The next ``n`` bytes as views (valid until the next read)."""
         while n:
@@ -133,30 +137,6 @@ class FrameReader:
             n -= take
 
 
-def _confirm_group(
-    items: list[tuple[Fetched, int | None, SyncBehind | None]],
-) -> dict[int, BaseException]:
-    """Confirm a group of written files: one filesystem-wide flush, then each file's own fsync
-    (cheap now, and the one that reports that file's write error). Returns the errors by
-    ``id`` of the file's :class:`Fetched`; every descriptor is closed."""
-    fds = [fd for _, fd, _ in items if fd is not None]
-    if fds:
-        sync_filesystem(fds[0])
-    errors: dict[int, BaseException] = {}
-    for fetched, fd, behind in items:
-        if fd is None:
-            continue
-        try:
-            if behind is not None:
-                behind.close()
-            fsync_file(fd)
-        except UnconfirmedWrite as exc:
-            errors[id(fetched)] = exc
-        finally:
-            os.close(fd)
-    return errors
-
-
 def fetch_batch(
     transport: Transport,
     python: str,
@@ -164,27 +144,23 @@ def fetch_batch(
     progress: Callable[[Wanted, int], None] | None = None,
 ) -> Iterator[Fetched]:
     """Bring every file of ``wanted`` (each :func:`prepare`\\ d) over one stream; yield each as it
-    is confirmed, in order. A cut stream raises :class:`TransportError` after the files that came
-    whole were yielded; a failed fsync raises :class:`UnconfirmedWrite` (that part deleted)."""
+    is confirmed, in order. The stream is read and hashed here, the files written and confirmed
+    behind it (:class:`~.sink.Writer`). A cut stream raises :class:`TransportError` after the
+    files that came whole were yielded; a failed fsync raises :class:`UnconfirmedWrite` (that
+    part deleted)."""
     request = {"files": [[w.src, w.have, -1] for w in wanted]}
     source = [json.dumps(request).encode()]
-    pending: deque[tuple[Fetched, Future[dict[int, BaseException]]]] = deque()
-    group: list[tuple[Fetched, int | None, SyncBehind | None]] = []
-    made: set[str] = set()
     failure: BaseException | None = None
-    with ThreadPoolExecutor(1, thread_name_prefix="rgt-pull-fsync") as pool:
-
-        def confirm(items: list[tuple[Fetched, int | None, SyncBehind | None]]) -> None:
-            if items:
-                future = pool.submit(_confirm_group, items)
-                pending.extend((fetched, future) for fetched, _, _ in items)
-
+    made: set[str] = set()
+    buffers = Buffers()
+    writer = Writer(buffers)
+    pending = writer.done
+    try:
         try:
             size = sum(w.size - w.have for w in wanted)
             stream = transport.exec_stream(
                 ship_argv(python, "send"), source, "a batched pull", size_hint=size
             )
-            group_bytes = 0
             with stream:
                 reader = FrameReader(stream)
                 for want in wanted:
@@ -197,7 +173,7 @@ def fetch_batch(
                                 "was trusted. Fix its permissions there and pull again; what "
                                 "landed before it is kept and resumed."
                             )
-                        group.append((Fetched(want, missing=True), None, None))
+                        writer.skip(Fetched(want, missing=True))
                         continue
                     if kind != DATA:
                         raise TransportError(f"the stream is out of step at {want.rel}")
@@ -206,47 +182,24 @@ def fetch_batch(
                             pass
                         reader.exact(1)
                         want.part.unlink(missing_ok=True)
-                        gone = Fetched(want, "", offset + length, length, shrank=True)
-                        group.append((gone, None, None))
+                        writer.skip(Fetched(want, "", offset + length, length, shrank=True))
                         continue
-                    parent = os.path.dirname(want.part_name)
-                    if parent not in made:
-                        os.makedirs(parent, exist_ok=True)
-                        made.add(parent)
-                    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if want.have else os.O_TRUNC)
-                    fd = os.open(want.part_name, flags, 0o644)
-                    behind = SyncBehind(fd) if length >= SYNC_BEHIND_MIN else None
-                    got = 0
-                    try:
-                        for view in reader.chunks(length):
-                            want.sha.update(view)
-                            _write_all(fd, view)
-                            got += len(view)
-                            if behind is not None:
-                                behind.wrote(len(view))
-                            if progress is not None and length >= _BUF:
-                                progress(want, want.have + got)
-                        status = reader.exact(1)[0]
-                    except BaseException:
-                        if behind is not None:
-                            behind.close()
-                        os.close(fd)
-                        raise
+                    _receive(reader, writer, want, length, progress, made)
+                    status = reader.exact(1)[0]
                     fetched = Fetched(
-                        want, want.sha.hexdigest(), want.have + got, got, shrank=status != 0
+                        want, want.sha.hexdigest(), want.have + length, length, shrank=status != 0
                     )
-                    group.append((fetched, fd, behind))
-                    group_bytes += got
-                    if len(group) >= GROUP_FILES or group_bytes >= GROUP_BYTES:
-                        confirm(group)
-                        group, group_bytes = [], 0
+                    writer.end(fetched, length)
                     while pending and (len(pending) > MAX_PENDING or pending[0][1].done()):
                         yield _settle(*pending.popleft())
                 if reader.exact(1)[0] != END:
                     raise TransportError("the stream did not end where it should")
         except (TransportError, OSError, PullError) as exc:
             failure = exc
-        confirm(group)  # what came whole before a cut is kept too
+            writer.abandon()  # the file it was cut in keeps what landed, to resume from
+        writer.close()  # what came whole before a cut is confirmed too
+        if writer.error is not None and not isinstance(failure, PullError):
+            failure = writer.error
         while pending:
             item = pending.popleft()
             try:
@@ -255,8 +208,55 @@ def fetch_batch(
                 for _, future in pending:
                     future.exception()
                 raise
+    finally:
+        writer.close()
+        buffers.close()
     if failure is not None:
         raise failure
+
+
+def _receive(
+    reader: FrameReader,
+    writer: Writer,
+    want: Wanted,
+    length: int,
+    progress: Callable[[Wanted, int], None] | None,
+    made: set[str],
+) -> None:
+    """One file's ``length`` bytes from the stream, hashed here and handed to the writer: a
+    large file in aligned buffers, read into them straight from the stream."""
+    if writer.error is not None:
+        raise writer.error
+    parent = os.path.dirname(want.part_name)
+    if parent not in made:
+        os.makedirs(parent, exist_ok=True)
+        made.add(parent)
+    writer.begin(want.part_name, want.have, length)
+    if length < DIRECT_MIN:
+        data = reader.exact(length)
+        want.sha.update(data)
+        writer.write(data)
+        return
+    buffers = writer.buffers
+    got = 0
+    while got < length:
+        buf = buffers.take()
+        count, stopped = read_into(reader.fill, buf, min(buffers.size, length - got))
+        if count:  # what came is written, also when the stream broke off after it
+            with memoryview(buf) as view:
+                want.sha.update(view[:count])
+            writer.write_buffer(buf, count)
+            got += count
+        else:
+            buffers.give(buf)
+        if isinstance(stopped, EOFError):
+            raise TransportError(str(stopped)) from stopped
+        if stopped is not None:
+            raise stopped
+        if writer.error is not None:
+            raise writer.error
+        if progress is not None:
+            progress(want, want.have + got)
 
 
 def split(wanted: list[Wanted], streams: int) -> list[list[Wanted]]:

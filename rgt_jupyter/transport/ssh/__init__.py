@@ -33,6 +33,7 @@ import stat as stat_mod
 import threading
 import time
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, cast
 
@@ -42,18 +43,14 @@ from ...errors import SSHError
 from ..base import ExecResult, FileStat, ReadStream, Transport
 from . import stream
 from .hops import open_socket
-from .hosts import RefuseUnknown, fingerprint, resolve, ssh_config_path
+from .hosts import RefuseUnknown, fingerprint, resolve
 from .liveness import HeardSocket, Liveness, handshake_timeout
+from .opener import Streams
 
 _log = logging.getLogger(__name__)
 
 #: Reads of at least this many bytes go over a stream (:mod:`.stream`), smaller ones over SFTP.
 STREAM_MIN_BYTES = 8 << 20
-
-
-#: How large reads travel: ``auto`` (the OpenSSH client when usable, else a paramiko channel),
-#: ``openssh`` or ``paramiko``. Overridden by ``$RGT_SSH_TRANSFER``.
-TRANSFER_METHODS = ("auto", "openssh", "paramiko")
 
 
 #: paramiko starts a re-key after 512 MiB, and a re-key it starts while a channel is busy
@@ -72,17 +69,6 @@ def _transport_factory(sock: Any, **kwargs: Any) -> paramiko.Transport:
     preferred = [c for c in stream.PREFERRED_CIPHERS if c in options.ciphers]
     options.ciphers = (*preferred, *(c for c in options.ciphers if c not in preferred))
     return transport
-
-
-def transfer_method() -> str:
-    """``$RGT_SSH_TRANSFER`` (``auto``, ``openssh``, ``paramiko``); ``auto`` when unset."""
-    method = os.environ.get("RGT_SSH_TRANSFER", "auto").strip().lower() or "auto"
-    if method not in TRANSFER_METHODS:
-        raise SSHError(
-            "usage",
-            f"RGT_SSH_TRANSFER={method!r}: use one of {', '.join(TRANSFER_METHODS)}",
-        )
-    return method
 
 
 class SSHTransport(Transport):
@@ -104,8 +90,7 @@ class SSHTransport(Transport):
         self._lock = threading.RLock()
         self._home: str | None = None
         self._dirs: set[str] = set()  # directories known to exist: each costs a round trip
-        self._openssh_ok: bool | None = None  # did the ssh binary work for this host?
-        self.last_stream: str | None = None  # how the last large read travelled
+        self.streams = Streams(self)  # how bulk streams open (:mod:`.opener`)
         self._rtt: float | None = None
 
     # -- connection
@@ -257,7 +242,8 @@ class SSHTransport(Transport):
             raise AssertionError("unreachable")
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (and a stream started ahead that was not taken)."""
+        self.streams.drop()
         with self._lock:
             if self._alive is not None:
                 self._alive.stop()
@@ -422,22 +408,6 @@ class SSHTransport(Transport):
             return self._open_stream(path, offset)
         return self._open_sftp(path, offset)
 
-    def _openssh_usable(self, method: str) -> str | None:
-        """The ssh binary, when this read should go through it."""
-        if method == "paramiko" or self._openssh_ok is False:
-            return None
-        binary = stream.openssh_binary()
-        if self.spec.proxy_jump or binary is None:
-            if method == "openssh":
-                raise SSHError(
-                    "usage",
-                    f"RGT_SSH_TRANSFER=openssh: {self.alias} "
-                    + ("is behind a ProxyJump" if binary else "there is no `ssh` client here")
-                    + "; unset it to use the built-in transfer",
-                )
-            return None
-        return binary
-
     def round_trip(self) -> float:
         """The shortest of three keepalive round trips on the open connection (seconds)."""
         if self._rtt is None:
@@ -452,7 +422,12 @@ class SSHTransport(Transport):
         return self._rtt
 
     def _open_stream(self, path: str, offset: int) -> ReadStream:
-        return self._command_stream(stream.read_command(path, offset), path)
+        return self.streams.open(stream.read_command(path, offset), path)
+
+    @property
+    def last_stream(self) -> str | None:
+        """How the last stream travelled (``openssh``, ``paramiko``), None before one."""
+        return self.streams.last
 
     def exec_stream(
         self,
@@ -460,76 +435,21 @@ class SSHTransport(Transport):
         source: Iterable[bytes] | None = None,
         what: str = "",
         size_hint: int | None = None,
+        hello: bytes = b"",
     ) -> ReadStream:
         """The output of ``argv`` as a stream, the chunks of ``source`` as its input: the way
         bulk transfers travel (the OpenSSH client where usable, else a channel with a large
         window; a transfer of fewer than :data:`STREAM_MIN_BYTES` (``size_hint``) takes a channel
-        of the open connection, which costs no new handshake). A stream that ends before the
-        command reported success raises :class:`~rgt_jupyter.errors.TransportError`."""
+        of the open connection, which costs no new handshake). ``hello``: what the command
+        writes before it reads its input, read here (:mod:`.opener`). A stream that ends before
+        the command reported success raises :class:`~rgt_jupyter.errors.TransportError`."""
         small = size_hint is not None and size_hint < STREAM_MIN_BYTES
-        return self._command_stream(shlex.join(argv), what or argv[0], source, channel=small)
+        return self.streams.open(shlex.join(argv), what or argv[0], source, small, hello)
 
-    def _command_stream(
-        self,
-        command: str,
-        what: str,
-        source: Iterable[bytes] | None = None,
-        channel: bool = False,
-    ) -> ReadStream:
-        method = transfer_method()
-        binary = None if channel and method == "auto" else self._openssh_usable(method)
-        if binary is not None:
-            argv = stream.openssh_argv(
-                binary, self.alias, ssh_config_path(), self.spec.known_hosts, command
-            )
-            replayable = source is None or isinstance(source, list | tuple)
-            if self._openssh_ok is None and method == "auto" and replayable:
-                reader = stream.OpenSSHStream(argv, what, source)
-                first = self._first_bytes(reader)
-                if first is None:  # ssh itself could not connect here: use paramiko from now on
-                    self._openssh_ok = False
-                    return self._command_stream(command, what, source, channel)
-                self._openssh_ok = True
-                self.last_stream = "openssh"
-                return cast(ReadStream, stream.Prefixed(first, reader))
-            if self._openssh_ok is None and method == "auto":
-                # An input that cannot be sent twice: learn first whether ssh works here.
-                self._openssh_ok = self._openssh_works(binary)
-                if not self._openssh_ok:
-                    return self._command_stream(command, what, source, channel)
-            self.last_stream = "openssh"
-            return cast(ReadStream, stream.OpenSSHStream(argv, what, source))
-        transport = self.client().get_transport()
-        assert transport is not None
-        try:
-            chan = stream.ChannelStream(transport, what, command, handshake_timeout(), source)
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            self.close()
-            raise SSHError("transport_unavailable", f"{self.alias}: {exc}") from exc
-        self.last_stream = "paramiko"
-        return cast(ReadStream, chan)
-
-    def _openssh_works(self, binary: str) -> bool:
-        """Whether the ssh client reaches this host on its own (keys, options, host key)."""
-        argv = stream.openssh_argv(
-            binary, self.alias, ssh_config_path(), self.spec.known_hosts, "echo rgt-ok"
-        )
-        reader = stream.OpenSSHStream(argv, "a check of the ssh client")
-        try:
-            return self._first_bytes(reader) is not None
-        finally:
-            reader.close()
-
-    def _first_bytes(self, reader: stream.OpenSSHStream) -> bytes | None:
-        """The first read of a stream, or None when ssh failed before a byte arrived for a
-        reason of its own (keys, options, host key) rather than a dropped link."""
-        try:
-            return reader.read(1 << 20)
-        except stream.StreamError as exc:
-            reader.close()
-            if reader.received == 0 and not stream.LINK_FAILURE.search(str(exc)):
-                return None
-            raise
+    def warm_stream(self, argv: list[str]) -> AbstractContextManager[None]:
+        """Start ``argv``'s stream through the OpenSSH client now, its input given when
+        :meth:`exec_stream` takes it (see the base class)."""
+        return self.streams.warm(shlex.join(argv))
 
     def _open_sftp(self, path: str, offset: int) -> ReadStream:
         """A small file, read whole on the shared SFTP session with its reads pipelined."""

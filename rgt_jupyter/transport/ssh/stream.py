@@ -35,7 +35,7 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +174,28 @@ def _feed(source: Iterable[bytes], write: Callable[[bytes], Any], end: Callable[
         pass
 
 
+class LaterInput:
+    """A stream's input given later: iterating it waits until :meth:`give` (or :meth:`cancel`,
+    which gives nothing), then yields what was given; it may be iterated again (a replay)."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._source: Iterable[bytes] = ()
+
+    def give(self, source: Iterable[bytes]) -> None:
+        """The input: its chunks are sent as the stream takes them."""
+        self._source = source
+        self._ready.set()
+
+    def cancel(self) -> None:
+        """No input: the stream's input ends at once."""
+        self._ready.set()
+
+    def __iter__(self) -> Iterator[bytes]:
+        self._ready.wait()
+        return iter(self._source)
+
+
 class OpenSSHStream:
     """The output of a remote command through a local ``ssh`` process (see the module
     docstring); ``source`` chunks, when given, are its input."""
@@ -299,6 +321,7 @@ class ChannelStream:
         self._chan.settimeout(self.stall_s)
         self._chan.exec_command(command)
         self._ended = False
+        self._broken: StreamError | None = None
         if source is not None:
             threading.Thread(
                 target=_feed,
@@ -309,7 +332,10 @@ class ChannelStream:
             self._chan.shutdown_write()
 
     def read(self, n: int = -1) -> bytes:
-        """Up to ``n`` bytes (fewer only at the end); b"" once the whole file has come."""
+        """Up to ``n`` bytes (fewer only at the end, or before a break, which the next read
+        raises: the bytes that came are never dropped); b"" once the whole file has come."""
+        if self._broken is not None:
+            raise self._broken
         if self._ended:
             return b""
         want = (1 << 20) if n is None or n < 0 else n
@@ -323,17 +349,23 @@ class ChannelStream:
                 parts.append(chunk)
                 got += len(chunk)
         except TimeoutError as exc:
-            raise StreamError(
+            self._broken = StreamError(
                 "timeout",
                 f"connection lost: no data for {self.stall_s:g} s while reading {self.path} (the "
                 "host or the network to it is stalled)",
-            ) from exc
+            )
+            self._broken.__cause__ = exc
         except (EOFError, paramiko.SSHException, OSError) as exc:
-            raise StreamError(
+            self._broken = StreamError(
                 "transport_unavailable",
                 f"the connection dropped after {self.received + got} bytes of {self.path}: {exc}",
-            ) from exc
+            )
+            self._broken.__cause__ = exc
+        if self._broken is not None and not got:
+            raise self._broken
         self.received += got
+        if self._broken is not None:
+            return b"".join(parts)
         if got == 0:
             self._finish()
             return b""
