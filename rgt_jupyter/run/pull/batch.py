@@ -23,7 +23,7 @@ from ...errors import PullError, TransportError
 from ...remote import ship_argv
 from ...store.fsutil import UnconfirmedWrite
 from ...transport import Transport
-from .sink import DIRECT_MIN, Buffers, Writer, read_into
+from .sink import BUFFERS, DIRECT_MIN, Buffers, Writer, read_into
 
 HEADER = struct.Struct(">BQQ")
 DATA, MISSING, ERROR, END = 0, 1, 2, 255
@@ -142,6 +142,7 @@ def fetch_batch(
     python: str,
     wanted: list[Wanted],
     progress: Callable[[Wanted, int], None] | None = None,
+    buffers: int = BUFFERS,
 ) -> Iterator[Fetched]:
     """Bring every file of ``wanted`` (each :func:`prepare`\\ d) over one stream; yield each as it
     is confirmed, in order. The stream is read and hashed here, the files written and confirmed
@@ -152,8 +153,8 @@ def fetch_batch(
     source = [json.dumps(request).encode()]
     failure: BaseException | None = None
     made: set[str] = set()
-    buffers = Buffers()
-    writer = Writer(buffers)
+    pool = Buffers(buffers)
+    writer = Writer(pool)
     pending = writer.done
     try:
         try:
@@ -210,7 +211,7 @@ def fetch_batch(
                 raise
     finally:
         writer.close()
-        buffers.close()
+        pool.close()
     if failure is not None:
         raise failure
 
@@ -298,7 +299,9 @@ def fetch_groups(
 
     def run(group: list[Wanted]) -> None:
         try:
-            for fetched in fetch_batch(transport, python, group, told):
+            # The streams share the buffers one stream would have (at least two each).
+            share = max(2, BUFFERS // len(groups))
+            for fetched in fetch_batch(transport, python, group, told, share):
                 with lock:
                     handle(fetched)
         except BaseException as exc:  # noqa: BLE001 - raised below, once every stream ended
