@@ -350,10 +350,9 @@ def test_a_watcher_that_died_is_reported_here_and_in_the_registry(
     )
     assert info["alive"] is False and info["error"] == "RuntimeError: the probe broke"
     assert info["liveness"] == "server watcher stopped: RuntimeError: the probe broke"
-    job = api(row.id)["job"]
-    assert job["watcher_note"] == (
-        f"server watcher (pid {os.getpid()}) stopped: RuntimeError: the probe broke"
-    )
+    note = f"server watcher (pid {os.getpid()}) stopped: RuntimeError: the probe broke"
+    # The registry is told by the dying watcher right after its status: polled, not raced.
+    wait_for(lambda: api(row.id)["job"]["watcher_note"] == note, 30, "the job's watcher note")
     flag.touch()
 
 

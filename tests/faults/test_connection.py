@@ -139,8 +139,8 @@ def _warm_up(project: Path) -> None:
     "bytes",
     mutation=(
         "rgt_jupyter/remote/ship.py",
-        "                    fh.close()\n                    os.unlink(tmp)\n",
-        "                    fh.close()\n                    os.replace(tmp, os.path.join(folder, sha))\n",
+        "                disk.drop(tmp)\n                cut = sha\n",
+        "                disk.done(tmp, os.path.join(folder, sha), sha)\n                cut = sha\n",
     ),
 )
 def test_push_cut_mid_file_leaves_nothing_half_written_trusted(
@@ -151,8 +151,9 @@ def test_push_cut_mid_file_leaves_nothing_half_written_trusted(
 
     Protection: rgt_jupyter/remote/ship.py: ``recv`` (the pushed objects' one stream) writes each
     object under a temporary name (``.SHA.tmp-PID``), names it only once whole and hashed, and
-    removes the one a cut stream left short, so an object of the store is complete or absent;
-    with the part-sent object named instead, it sits under its sha256 name and the case fails.
+    drops the one a cut stream left short (``disk.drop(tmp)``), so an object of the store is
+    complete or absent; with the part-sent object named instead, it sits under its sha256 name
+    and the case fails.
     """
     tree = tmp_path / "push tree"
     rng = random.Random(11)
