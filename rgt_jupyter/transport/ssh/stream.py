@@ -225,6 +225,10 @@ class OpenSSHStream:
         if source is not None:
             pipe = self._proc.stdin
             assert pipe is not None
+            try:
+                fcntl.fcntl(pipe.fileno(), _F_SETPIPE_SZ, 1 << 20)  # fewer wake-ups per MiB
+            except OSError:
+                pass
             self._feeder = threading.Thread(
                 target=_feed, args=(source, pipe.write, pipe.close), daemon=True
             )
