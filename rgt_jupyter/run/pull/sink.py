@@ -32,10 +32,10 @@ from ...store.fsutil import SyncBehind, UnconfirmedWrite, fsync_file, sync_files
 #: :data:`CHUNK` bytes aligned to :data:`ALIGN`.
 DIRECT_MIN = 512 << 10
 ALIGN = 4096
-CHUNK = 4 << 20
+CHUNK = 2 << 20
 #: Aligned buffers in flight between the reader and the writer (their memory is held for the
 #: whole pull: ``BUFFERS * CHUNK`` bytes).
-BUFFERS = 6
+BUFFERS = 4
 #: Smaller files' bytes queued for the writer, at most (each at most DIRECT_MIN bytes).
 QUEUED_SMALL = 64
 #: Files written through the page cache from this size on are flushed behind the writer as they
