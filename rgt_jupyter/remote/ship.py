@@ -42,7 +42,7 @@ import queue
 import struct
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 HEADER = struct.Struct(">BQQ")
 DATA, MISSING, ERROR, END = 0, 1, 2, 255
@@ -232,30 +232,7 @@ class _Disk:
                 self.stored.append(sha)
 
     def _write(self, view: memoryview) -> None:
-        """Its whole blocks O_DIRECT while the object is, the rest (and all of it once O_DIRECT
-        refused an alignment) through the page cache."""
-        while view:
-            take = len(view) - len(view) % ALIGN if self._direct else len(view)
-            if take:
-                try:
-                    n = os.pwrite(self._fd, view[:take], self._pos)
-                except OSError as exc:
-                    if exc.errno != 22 or not self._direct:
-                        raise
-                    take = 0
-            if not take:  # a tail that is not a whole block, or an alignment refused
-                self._plain()
-                continue
-            self._pos += n
-            view = view[n:]
-
-    def _plain(self) -> None:
-        """Clear O_DIRECT: the object's next writes go through the page cache."""
-        import fcntl  # deferred: POSIX only
-
-        flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
-        fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~_O_DIRECT)
-        self._direct = False
+        self._pos, self._direct = write_direct(self._fd, view, self._pos, self._direct)
 
     def close(self) -> List[str]:
         """Wait for every object handed over; the names given (or the first error raised)."""
@@ -265,6 +242,31 @@ class _Disk:
         if self.error is not None:
             raise self.error
         return self.stored
+
+
+def write_direct(fd: int, view: memoryview, pos: int, direct: bool) -> Tuple[int, bool]:
+    """Write ``view`` at ``pos``: its whole blocks O_DIRECT while ``direct``, the rest (a tail
+    that is not a whole block, and all of it once O_DIRECT refused an alignment) through the
+    page cache, clearing the flag on ``fd``. Returns the position after it and whether ``fd`` is
+    still O_DIRECT."""
+    while view:
+        take = len(view) - len(view) % ALIGN if direct else len(view)
+        if take:
+            try:
+                n = os.pwrite(fd, view[:take], pos)
+            except OSError as exc:
+                if exc.errno != 22 or not direct:  # EINVAL: an alignment O_DIRECT refused
+                    raise
+                take = 0
+        if not take:
+            import fcntl  # deferred: POSIX only, and this module is also imported where it is absent
+
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_O_DIRECT)
+            direct = False
+            continue
+        pos += n
+        view = view[n:]
+    return pos, direct
 
 
 def _unlink(path: str) -> None:

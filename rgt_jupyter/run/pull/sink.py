@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ...remote.ship import write_direct
 from ...store.fsutil import SyncBehind, UnconfirmedWrite, fsync_file, sync_filesystem
 
 #: Files from this size on are written O_DIRECT (where the filesystem takes it), from buffers of
@@ -49,13 +50,12 @@ _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 @dataclass
 class Written:
-    """A file handed to the writer: where its part is, from where, and what became of it."""
+    """The file the writer is writing: its descriptor, whether it is O_DIRECT, where the next
+    bytes go, and its background flush (for a large file through the page cache)."""
 
-    part: str
-    have: int
+    fd: int
     direct: bool
-    fd: int = -1
-    pos: int = 0
+    pos: int
     behind: SyncBehind | None = None
 
 
@@ -120,33 +120,11 @@ def _open_part(part: str, have: int, direct: bool) -> tuple[int, bool]:
     return os.open(part, flags, 0o644), False
 
 
-def _plain(fd: int) -> None:
-    """Clear O_DIRECT on ``fd``: its next writes go through the page cache."""
-    import fcntl  # deferred: POSIX only, and only a direct write's tail needs it
-
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_O_DIRECT)
-
-
 def _pwrite_all(file: Written, view: memoryview) -> None:
-    """Write ``view`` at the file's position: its whole blocks O_DIRECT while the file is, the
-    rest (and all of it once O_DIRECT refused an alignment) through the page cache."""
-    while view:
-        take = len(view) - len(view) % ALIGN if file.direct else len(view)
-        if take:
-            try:
-                n = os.pwrite(file.fd, view[:take], file.pos)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL or not file.direct:
-                    raise
-                take = 0
-        if not take:  # a tail that is not a whole block, or an alignment refused
-            _plain(file.fd)
-            file.direct = False
-            continue
-        file.pos += n
-        view = view[n:]
-        if file.behind is not None:
-            file.behind.wrote(n)
+    """Write ``view`` at the file's position (:func:`~rgt_jupyter.remote.ship.write_direct`)."""
+    file.pos, file.direct = write_direct(file.fd, view, file.pos, file.direct)
+    if file.behind is not None:
+        file.behind.wrote(len(view))
 
 
 class Writer:
@@ -172,12 +150,11 @@ class Writer:
 
     # -- the reader's side -------------------------------------------------------------------
 
-    def begin(self, part: str, have: int, length: int) -> bool:
+    def begin(self, part: str, have: int, length: int) -> None:
         """A file's bytes come next (``length`` of them, after the ``have`` its part holds);
-        True when they should come in aligned buffers (:meth:`write_buffer`)."""
+        from :data:`DIRECT_MIN` on they come in aligned buffers (:meth:`write_buffer`)."""
         direct = bool(_O_DIRECT) and length >= DIRECT_MIN and have % ALIGN == 0
         self._ops.put(("begin", part, have, direct, length))
-        return direct
 
     def write(self, data: bytes) -> None:
         """The current file's next bytes."""
@@ -239,7 +216,7 @@ class Writer:
             _, part, have, direct, length = op
             fd, direct = _open_part(part, have, direct)
             behind = SyncBehind(fd) if not direct and length >= SYNC_BEHIND_MIN else None
-            self._file = Written(part, have, direct, fd, have, behind)
+            self._file = Written(fd, direct, have, behind)
         elif kind == "data":
             assert self._file is not None
             data, count = op[1], op[2]
