@@ -26,13 +26,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ...remote.ship import write_direct
+from ...remote.ship import ALIGN, write_direct
 from ...store.fsutil import SyncBehind, UnconfirmedWrite, fsync_file, sync_filesystem
 
 #: Files from this size on are written O_DIRECT (where the filesystem takes it), from buffers of
-#: :data:`CHUNK` bytes aligned to :data:`ALIGN`.
+#: :data:`CHUNK` bytes aligned to :data:`ALIGN` (the block the receiver's writes keep to).
 DIRECT_MIN = 512 << 10
-ALIGN = 4096
 CHUNK = 2 << 20
 #: Aligned buffers in flight between the reader and the writer (their memory is held for the
 #: whole pull: ``BUFFERS * CHUNK`` bytes).
