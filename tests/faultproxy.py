@@ -9,6 +9,9 @@
   are taken and stall too. :meth:`FaultProxy.hold`
   stalls the server-to-client direction only (at once, or once N more bytes came from the
   client). :meth:`FaultProxy.release` forwards again, held bytes first.
+* :meth:`FaultProxy.forget`: the open connections are forgotten as a NAT or a rebooted
+  middlebox forgets them: nothing is sent to either end until one of them sends, and that is
+  answered with RST.
 * :meth:`FaultProxy.throttle`: at most so many bytes a second each way.
 """
 
@@ -30,6 +33,7 @@ class _Pair:
         self.client = client
         self.upstream = upstream
         self.closed = False
+        self.forgotten = False
 
     def close(self, rst: bool) -> None:
         self.closed = True
@@ -111,6 +115,13 @@ class FaultProxy:
         with self._lock:
             self.refusing = refuse
             self._cut_all(rst=True)
+
+    def forget(self) -> None:
+        """Forget every open connection: the next byte either end sends is answered with RST
+        (the connection was dead on the path while both ends thought it open)."""
+        with self._lock:
+            for pair in self._pairs:
+                pair.forgotten = True
 
     def admit(self) -> None:
         """Forward new connections again."""
@@ -239,6 +250,11 @@ class FaultProxy:
         """Send ``data`` on, counting it; True when an armed cut fell inside it (done)."""
         with self._lock:
             if pair.closed:
+                return True
+            if pair.forgotten:
+                self.resets += 1
+                self._pairs.remove(pair)
+                pair.close(rst=True)
                 return True
             sent = self.bytes_down if down else self.bytes_up
             limit = self._cut_at if down else self._cut_up_at

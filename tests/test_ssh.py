@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -194,6 +196,54 @@ def test_proxyjump_hops_written_out_and_chains_go_through_every_hop(
         with pytest.raises(SSHError) as info:
             connect("loop", project).exec(["true"])
         assert info.value.kind == "usage" and "hops" in str(info.value)
+        close_connections(project)
+
+
+def test_a_kept_connection_dead_on_the_path_is_opened_anew_and_the_command_runs_once(
+    project: Path,
+    box: Path,
+    sshd: Sshd,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A connection kept between calls can die on the path while idle (a NAT or a rebooted
+    middlebox forgets it and answers the next packet with RST): it looks open until something
+    is sent. A command that finds it so opens a fresh connection and runs, exactly once; a bulk
+    stream over a paramiko channel does the same."""
+    monkeypatch.setenv("RGT_SSH_TRANSFER", "paramiko")
+    caplog.set_level(logging.DEBUG, logger="rgt_jupyter.transport.ssh")
+    marks = tmp_path / "marks"
+    with cutbox(sshd, box) as proxy:
+        host = connect("cutbox", project)
+        assert host.exec(["true"]).returncode == 0
+        proxy.forget()
+        out = host.exec(["sh", "-c", f"echo ran >> {shlex.quote(str(marks))}; echo ok"])
+        assert out.returncode == 0 and out.stdout == b"ok\n"
+        assert marks.read_text() == "ran\n"  # once: the dead connection never carried it
+        assert (proxy.accepted, proxy.resets) == (2, 1)
+        assert "the kept connection was dead" in caplog.text
+        caplog.clear()
+        proxy.forget()
+        with host.exec_stream(["printf", "streamed"]) as reader:
+            assert reader.read() == b"streamed"
+        assert host.last_stream == "paramiko"
+        assert (proxy.accepted, proxy.resets) == (3, 2)
+        assert "the kept connection was dead" in caplog.text
+        # the same through a hop whose connection died: both are opened anew
+        config = Path(os.environ["RGT_SSH_CONFIG"])
+        config.write_text(
+            config.read_text()
+            + f"\nHost hopped\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
+            f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {box}\n  ProxyJump cutbox\n"
+        )
+        hopped = connect("hopped", project)
+        assert hopped.exec(["true"]).returncode == 0
+        proxy.forget()
+        out = hopped.exec(["sh", "-c", f"echo hop >> {shlex.quote(str(marks))}; echo ok"])
+        assert out.returncode == 0 and out.stdout == b"ok\n"
+        assert marks.read_text() == "ran\nhop\n"
+        assert (proxy.accepted, proxy.resets) == (4, 3)
         close_connections(project)
 
 

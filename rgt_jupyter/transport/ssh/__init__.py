@@ -254,6 +254,39 @@ class SSHTransport(Transport):
             self._sftp = None
             self._dirs.clear()
 
+    def channel(
+        self, kind: str = "session", dest: tuple[str, int] | None = None, **options: int
+    ) -> tuple[paramiko.Transport, paramiko.Channel, Liveness | None]:
+        """A new channel on the open connection, with its transport and watchdog: ``kind``
+        ``session`` (``options``: paramiko's ``window_size``, ``max_packet_size``) or
+        ``direct-tcpip`` to ``dest``. A connection kept from an earlier call can be dead before
+        paramiko has noticed (a link reset while idle): opening a channel on it fails before any
+        command is sent, so it is dropped and a fresh one opened, once. A channel the server
+        refuses (:class:`paramiko.ChannelException`) is its answer, raised as it is."""
+        src = ("127.0.0.1", 0) if dest is not None else None
+        for attempt in (1, 2):
+            with self._lock:
+                kept = self._client is not None
+            alive: Liveness | None = None
+            try:
+                transport = self.client().get_transport()
+                alive = self._alive
+                assert transport is not None
+                limit = handshake_timeout()
+                chan = transport.open_channel(kind, dest, src, timeout=limit, **options)
+                return transport, chan, alive
+            except paramiko.ChannelException:
+                raise
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                dead = alive.dead if alive is not None else None
+                self.close()
+                if dead is not None:
+                    raise self._lost(dead) from exc
+                if attempt == 2 or not kept:
+                    raise SSHError("transport_unavailable", f"{self.alias}: {exc}") from exc
+                _log.debug("%s: the kept connection was dead (%s); opening anew", self.alias, exc)
+        raise AssertionError("unreachable")
+
     # -- the interface
 
     def exec(
@@ -261,17 +294,9 @@ class SSHTransport(Transport):
     ) -> ExecResult:
         command = shlex.join(argv)
         _log.debug("%s$ %s", self.alias, " ".join(command.split())[:300])
-        alive: Liveness | None = None
         try:
-            transport = self.client().get_transport()
-            alive = self._alive
-            assert transport is not None
-            chan = transport.open_session(timeout=handshake_timeout())
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            dead = alive.dead if alive is not None else None
-            self.close()
-            if dead is not None:
-                raise self._lost(dead) from exc
+            transport, chan, alive = self.channel()
+        except paramiko.ChannelException as exc:
             raise SSHError("transport_unavailable", f"{self.alias}: {exc}") from exc
         chan.settimeout(timeout)
         try:

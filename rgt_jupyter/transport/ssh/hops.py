@@ -25,7 +25,9 @@ _HOPS = threading.local()
 class Hop(Protocol):
     """A hop's connection (an :class:`~rgt_jupyter.transport.ssh.SSHTransport`)."""
 
-    def client(self) -> paramiko.SSHClient: ...
+    def channel(
+        self, kind: str = ..., dest: tuple[str, int] | None = ...
+    ) -> tuple[Any, paramiko.Channel, Any]: ...
 
 
 #: How a hop's connection is had: ``connect(alias, project, via)``, ``via`` the hops before it.
@@ -45,26 +47,19 @@ def open_socket(spec: HostSpec, project: Path | None, connect: Connect) -> Any:
                 f"the ProxyJump chain to {spec.alias} takes more than {MAX_HOPS} hops: does a "
                 "hop's own ProxyJump lead back to it? Check ~/.ssh/config",
             )
-        _HOPS.depth = depth + 1
+        _HOPS.depth = depth + 1  # held while the hop connects: a loop of hops ends here
         try:
             hops = jump_hops(spec.proxy_jump)
             jump = connect(hops[-1], project, ",".join(hops[:-1]) or None)
-            transport = jump.client().get_transport()
-        finally:
-            _HOPS.depth = depth
-        assert transport is not None
-        try:
-            return transport.open_channel(
-                "direct-tcpip",
-                (spec.hostname, spec.port),
-                ("127.0.0.1", 0),
-                timeout=handshake_timeout(),
-            )
+            _, chan, _ = jump.channel("direct-tcpip", (spec.hostname, spec.port))
+            return chan
         except paramiko.ChannelException as exc:
             raise SSHError(
                 "connection_refused",
                 f"{spec.proxy_jump} could not reach {spec.hostname}:{spec.port} ({exc})",
             ) from exc
+        finally:
+            _HOPS.depth = depth
     limit = handshake_timeout()
     try:
         sock = socket.create_connection((spec.hostname, spec.port), timeout=limit)

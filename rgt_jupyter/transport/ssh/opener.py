@@ -24,7 +24,6 @@ from ...errors import SSHError
 from ..base import ReadStream
 from . import stream
 from .hosts import ssh_config_path
-from .liveness import handshake_timeout
 
 
 class Host(Protocol):
@@ -34,6 +33,10 @@ class Host(Protocol):
     spec: Any
 
     def client(self) -> paramiko.SSHClient: ...
+
+    def channel(
+        self, kind: str = ..., dest: tuple[str, int] | None = ..., **options: int
+    ) -> tuple[Any, paramiko.Channel, Any]: ...
 
     def close(self) -> None: ...
 
@@ -195,10 +198,11 @@ class Streams:
     def _channel(
         self, command: str, what: str, source: Iterable[bytes] | None, hello: bytes
     ) -> ReadStream:
-        transport = self.host.client().get_transport()
-        assert transport is not None
         try:
-            chan = stream.ChannelStream(transport, what, command, handshake_timeout(), source)
+            _, opened, _ = self.host.channel(
+                window_size=stream.WINDOW_BYTES, max_packet_size=stream.PACKET_BYTES
+            )
+            chan = stream.ChannelStream(opened, what, command, source)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             self.host.close()
             raise SSHError("transport_unavailable", f"{self.host.alias}: {exc}") from exc

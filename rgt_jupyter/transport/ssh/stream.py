@@ -304,22 +304,19 @@ class OpenSSHStream:
 
 
 class ChannelStream:
-    """The output of a remote command (``command``, a shell line) through an exec channel of a
-    paramiko transport; ``source`` chunks, when given, are its input."""
+    """The output of a remote command (``command``, a shell line) through ``chan``, a paramiko
+    channel just opened; ``source`` chunks, when given, are its input."""
 
     def __init__(
         self,
-        transport: Any,
+        chan: Any,
         path: str,
         command: str,
-        timeout: float,
         source: Iterable[bytes] | None = None,
     ) -> None:
         self.path = path
         self.received = 0
-        self._chan = transport.open_session(
-            window_size=WINDOW_BYTES, max_packet_size=PACKET_BYTES, timeout=timeout
-        )
+        self._chan = chan
         interval, count = alive_settings()
         self.stall_s = interval * count
         self._chan.settimeout(self.stall_s)
