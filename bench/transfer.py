@@ -13,7 +13,8 @@ connections are closed before each sample, as each anchor opens its own.
   folder, registry), against ``scp``, ``rsync -a`` and ``ssh cat``/``ssh tar`` of the same files;
 * pushes: :func:`rgt_jupyter.jobs.bundle.push_files` of the tree into a fresh job (the
   content-addressed store first empty, then holding the tree), against ``rsync -a`` into a fresh
-  folder and again into the same one;
+  folder and again into the same one, alternating; ``--push-rounds`` times a repeat on the near
+  link (each takes seconds), once on the far one;
 * resume: a pull cut once about half its bytes came (``tests/faultproxy.py``), then pulled again:
   the bytes sent again over the bytes that had landed, for the batched stream and for a large
   file over parallel streams.
@@ -23,7 +24,8 @@ feels: a pull of a job with three small checkpoints, ``rgt jobs`` over 1,000 end
 ``rgt down`` re-checking a project whose job was pulled. Seconds are medians; ratios are rgt's
 median over the anchor's. Writes ``bench/results/transfer.json`` (or ``--out``).
 
-    python bench/transfer.py [--scale 1.0] [--repeats 3] [--delay-ms 40] [--rate-mbit 1000]
+    python bench/transfer.py [--scale 1.0] [--repeats 3] [--push-rounds 3] [--delay-ms 40]
+        [--rate-mbit 1000]
 """
 
 from __future__ import annotations
@@ -266,13 +268,13 @@ def push_samples(
     from rgt_jupyter.transport.ssh import connect
 
     def rgt(control: str, shape: str) -> None:
+        setup = connect(alias, box.project)  # the job's control dir, as a launch's bundle has it
+        setup.makedirs(control)
+        setup.put(remote_path("agent.py"), f"{control}/agent.py")
+        _close_connections()  # cold, as rsync starts: the connection is part of the figure
         _settle()
-        _close_connections()
-        transport = connect(alias, box.project)
-        transport.makedirs(control)
-        transport.put(remote_path("agent.py"), f"{control}/agent.py")
         t0 = time.perf_counter()
-        push_files(transport, python, control, f"{remote}/objects", pushed)
+        push_files(connect(alias, box.project), python, control, f"{remote}/objects", pushed)
         add(shape, "rgt", time.perf_counter() - t0)
 
     rgt(f"{remote}/job1", "push_first")
@@ -326,18 +328,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             stream = pull_samples(box, link, alias, port, shape, job, here, add)
                             if stream not in used:
                                 used.append(stream)
-                        push_samples(
-                            box,
-                            alias,
-                            port,
-                            python,
-                            pushed,
-                            tree,
-                            box.remote_root / f"push-{link}-{rep}",
-                            lambda shape, method, value, _l=link: samples.add(
-                                _l, shape, method, value
-                            ),
-                        )
+                        rounds = args.push_rounds if link == "near_0ms" else 1
+                        for turn in range(rounds):  # a near push takes seconds: more samples
+                            push_samples(
+                                box,
+                                alias,
+                                port,
+                                python,
+                                pushed,
+                                tree,
+                                box.remote_root / f"push-{link}-{rep}-{turn}",
+                                lambda shape, method, value, _l=link: samples.add(
+                                    _l, shape, method, value
+                                ),
+                            )
             extra["resume"] = resume_figures(box, jobs, dest, scale)
             extra["fixed_costs"] = fixed_costs(box, dest, repeats)
     return {"links": samples.report(), **extra}
@@ -570,6 +574,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="shape sizes x this")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--push-rounds", type=int, default=3, help="push samples per repeat on the near link"
+    )
     parser.add_argument("--delay-ms", type=float, default=40.0, help="far link, one way")
     parser.add_argument("--rate-mbit", type=float, default=1000.0, help="far link cap")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "transfer.json")
@@ -588,8 +595,10 @@ def main(argv: list[str] | None = None) -> int:
             "shapes": {
                 k: {"files": c, "bytes_each": s} for k, (c, s) in shapes(args.scale).items()
             },
-            "order": "per repeat and link, each shape: rgt, scp/ssh cat, rsync, tar|ssh, rgt "
-            "again; every sample from a cold connection",
+            "order": "per repeat and link, each pull shape: rgt, scp/ssh cat, rsync, tar|ssh, "
+            "rgt again; pushes: rgt, rsync, alternating, --push-rounds times on the near link; "
+            "every sample from a cold connection",
+            "push_rounds_near": args.push_rounds,
         },
         "units": "seconds (medians); rgt_over_anchor = rgt median / anchor median (< 1: rgt "
         "faster)",

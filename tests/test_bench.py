@@ -27,7 +27,9 @@ def _bench(script: str, *args: str, timeout: float = 900) -> None:
 
 def test_transfer_bench_compares_like_with_like(tmp_path: Path) -> None:
     out = tmp_path / "transfer.json"
-    _bench("transfer.py", "--scale", "0.002", "--repeats", "1", "--out", str(out))
+    _bench(
+        "transfer.py", "--scale", "0.002", "--repeats", "1", "--push-rounds", "2", "--out", str(out)
+    )
     report = json.loads(out.read_text())
     assert report["parameters"]["cipher"] == "aes128-gcm@openssh.com"
     assert set(report["links"]) == {"near_0ms", "far_40ms_1000mbit"}
@@ -42,6 +44,9 @@ def test_transfer_bench_compares_like_with_like(tmp_path: Path) -> None:
         assert set(link["pull_one_large_file"]["median_s"]) == {"rgt", "scp", "rsync", "ssh_cat"}
         assert set(link["pull_many_4k_files"]["median_s"]) == {"rgt", "rsync", "tar_ssh"}
         assert set(link["push_first"]["median_s"]) == {"rgt", "rsync"}
+        pushes = 2 if link is report["links"]["near_0ms"] else 1  # --push-rounds: near only
+        for shape in ("push_first", "push_again"):
+            assert {len(v) for v in link[shape]["samples_s"].values()} == {pushes}
         for name, shape in link.items():
             if name.startswith("pull_"):
                 assert len(shape["samples_s"]["rgt"]) == 2  # before and after the anchors
