@@ -16,7 +16,6 @@ import pytest
 
 from rgt_jupyter import submit
 from rgt_jupyter.api import Job
-from rgt_jupyter.errors import PullError
 from rgt_jupyter.jobs.request import LaunchRequest
 from rgt_jupyter.run.pull.sink import DIRECT_MIN
 from rgt_jupyter.store.registry import Registry
@@ -89,17 +88,7 @@ def test_a_disk_filling_up_behind_a_batched_pull_keeps_what_landed_and_resumes(
     dest = mount / "runs"
     partial = dest / f".partial-{job.id}"
     filler = Filler(mount, partial, "bytes")
-    filler.start()
-
-    def hold(done: int, of: int, rel: str) -> None:
-        assert filler.done.wait(60), "the filler never finished"
-
-    with pytest.raises(PullError) as err:
-        job.pull(to=dest, on_progress=hold)
-    filler.join(10)
-    assert filler.error is None, filler.error
-    assert filler.filled > 0
-    message = str(err.value)
+    message = str(filler.pull_against(job, dest))
     assert f"the disk under {dest} filled up during the pull of {job.id}" in message, message
     assert "No space left on device" in message and "resumed by the next pull" in message
     kept = _landed_correctly(partial, sources)

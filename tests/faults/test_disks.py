@@ -264,6 +264,21 @@ class Filler(threading.Thread):
                 return
             self.filled += 1
 
+    def pull_against(self, job: Job, dest: Path) -> PullError:
+        """Pull ``job`` to ``dest`` while this filler runs (the pull waits at its first progress
+        report until the disk is full); the PullError it ends with."""
+        self.start()
+
+        def hold(done: int, of: int, rel: str) -> None:
+            assert self.done.wait(60), "the filler never finished"
+
+        with pytest.raises(PullError) as err:
+            job.pull(to=dest, on_progress=hold)
+        self.join(10)
+        assert self.error is None, self.error
+        assert self.filled > 0
+        return err.value
+
     def remove(self) -> None:
         if self.limit == "bytes":
             (self.mount / "filler.bin").unlink()
@@ -303,18 +318,7 @@ def test_disk_filling_up_during_a_pull(
     total = sum(p.stat().st_size for p in sources.values())
     partial = dest / f".partial-{job.id}"
     filler = Filler(mount, partial, limit)
-    filler.start()
-
-    def hold(done: int, of: int, rel: str) -> None:
-        assert filler.done.wait(60), "the filler never finished"
-
-    with pytest.raises(PullError) as err:
-        job.pull(to=dest, on_progress=hold)
-    filler.join(10)
-    assert filler.error is None, filler.error
-    assert filler.filled > 0
-
-    message = str(err.value)
+    message = str(filler.pull_against(job, dest))
     kept = _landed_correctly(partial, sources)
     still_bytes = total - sum(kept.get(rel, 0) for rel in sources)
     still_files = sum(1 for rel in sources if rel not in kept)
