@@ -104,7 +104,9 @@ def start_s3() -> S3Server:
         region_name="us-east-1",
     )
     keys = {}
-    for who, actions in (("rw", ["s3:*"]), ("ro", ["s3:GetObject", "s3:ListBucket"])):
+    # ``ro`` is granted every list and read action by wildcard, not by the exact names a server
+    # may or may not map a request to (ListBucket, ListObjectsV2, ...): only writes are refused.
+    for who, actions in (("rw", ["s3:*"]), ("ro", ["s3:List*", "s3:Get*", "s3:HeadBucket"])):
         iam.create_user(UserName=who)
         policy = {
             "Version": "2012-10-17",
