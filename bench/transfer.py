@@ -14,7 +14,9 @@ connections are closed before each sample, as each anchor opens its own.
 * pushes: :func:`rgt_jupyter.jobs.bundle.push_files` of the tree into a fresh job (the
   content-addressed store first empty, then holding the tree), against ``rsync -a`` into a fresh
   folder and again into the same one, alternating; ``--push-rounds`` times a repeat on the near
-  link (each takes seconds), once on the far one;
+  link (each takes seconds), once on the far one. A push ends when the job's files are in
+  place; the spare the store then makes of each file a job took runs in the background, and
+  the next sample starts once it ended (it is in neither side's figure: ``_settle``);
 * resume: a pull cut once about half its bytes came (``tests/faultproxy.py``), then pulled again:
   the bytes sent again over the bytes that had landed, for the batched stream and for a large
   file over parallel streams.
@@ -110,8 +112,25 @@ def _installed_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
+def _refills() -> list[int]:
+    """Pids of the store's spare makers (``agent.py refill``) still running."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"refill" in argv and any(a.endswith(b"agent.py") for a in argv):
+            found.append(int(entry.name))
+    return found
+
+
 def _settle() -> None:
-    """Dirty pages of the last sample written out, so no sample pays for another's."""
+    """The store's spares made (a push's background work) and dirty pages of the last sample
+    written out, so no sample pays for another's."""
+    deadline = time.monotonic() + 300
+    while _refills() and time.monotonic() < deadline:
+        time.sleep(0.05)
     os.sync()
     time.sleep(0.5)
 

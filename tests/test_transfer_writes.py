@@ -1,6 +1,6 @@
 """How the transfer engine writes and opens its streams, on the real loopback sshd: a batched
 pull lands files of every size around the block and buffer edges, the large ones written past
-the page cache; a push of odd-sized objects lands whole and each later job gets copies of its
+the page cache; a push of odd-sized objects lands whole and each later job gets files of its
 own; the stream that carries a pull or a push starts while the look runs, through no separate
 connection to probe the client, and one never taken is stopped."""
 
@@ -175,13 +175,13 @@ def test_a_push_of_odd_sized_objects_lands_whole_and_each_later_job_gets_its_own
     assert json.loads((Path(first.spec.out_dir) / "seen.json").read_text()) == want
     second = _run(project, SEEN, "push-b", push=[str(tree)])
     assert json.loads((Path(second.spec.out_dir) / "seen.json").read_text()) == want
-    # The first job took the store's files; the second has copies of its own (a job that
-    # writes to its inputs changes only its own).
+    # Each job has files of its own (the store's spare or a copy: tests/test_push_store.py),
+    # so a job that writes to its inputs changes only its own.
     code_a = Path(first.spec.control_dir) / "code" / "inputs"
     code_b = Path(second.spec.control_dir) / "code" / "inputs"
     for rel in want:
         a, b = (code_a / rel).stat(), (code_b / rel).stat()
-        assert a.st_ino != b.st_ino and b.st_nlink == 1, rel
+        assert a.st_ino != b.st_ino and a.st_nlink <= 2 and b.st_nlink <= 2, rel
         assert _sha(code_b / rel) == want[rel], rel
 
 

@@ -9,6 +9,8 @@ Subcommands::
     agent.py audit DIR...           print a JSON audit of this machine (disks of DIR..., cgroup, GPU)
     agent.py place OBJDIR DEST      copy objects to DEST/<rel> for the {rel: sha256} on stdin;
                                     print the sha256s it lacks
+    agent.py refill OBJDIR          give the store a spare of each object (sha256s on stdin) a
+                                    job took out of it
     agent.py env                    print a JSON description of this interpreter and machine
 
 A launch arrives as one zip bundle whose ``__main__.py`` unpacks it into CONTROL_DIR (the secrets,
@@ -1538,47 +1540,170 @@ def place_entries(objdir: str, dest: str, entries: Dict[str, str]) -> List[str]:
     again).
 
     An object is hashed first unless its stamp (``<sha>.ok``: size, mtime, ctime and inode,
-    written once it was hashed and matched) says it has not changed since. The first job to
-    take an object takes the store's own file (a hard link: nothing is copied); every later job
-    gets a copy of its own (:func:`_clone`, several at once), so no two jobs ever share a file
-    and a job that writes to its inputs changes only its own (and the object's stamp no longer
-    holds: it is hashed again, found changed, and sent again). The agent hashes every deployed
-    file again before the job starts."""
+    written once it was hashed and matched) says it has not changed since. A job takes the
+    store's own file while no other job holds it (a hard link: nothing is copied), and then,
+    after this command answered, the store makes itself a spare of it in the background
+    (:func:`refill`), so the next job again takes a file no job holds; a job that finds the
+    store's file held gets a copy of its own (:func:`_clone`, several at once). So no two jobs
+    ever share a file, and a job that writes to its inputs changes only its own (and the
+    object's stamp no longer holds: it is hashed again, found changed, and sent again). The
+    agent hashes every deployed file again before the job starts."""
     missing = []
     copies = []
-    for rel, sha in sorted(entries.items()):
-        parts = rel.split("/")
-        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise ValueError("unsafe path %r" % rel)
-        src = _object_path(objdir, sha)
-        if not os.path.isfile(src):
-            missing.append(sha)
-            continue
-        target = os.path.join(dest, *parts)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        tmp = target + ".tmp-%d" % os.getpid()
-        if not _stamp_ok(src):
-            before = os.stat(src)
-            if _sha256_of(src) != sha:
-                os.unlink(src)
+    taken = []
+    with _store_lock(objdir) as locked:
+        for rel, sha in sorted(entries.items()):
+            parts = rel.split("/")
+            if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                raise ValueError("unsafe path %r" % rel)
+            src = _object_path(objdir, sha)
+            if not os.path.isfile(src):
                 missing.append(sha)
                 continue
-            if _stamp(os.stat(src)) != _stamp(before):  # written to while it was read
-                missing.append(sha)
+            target = os.path.join(dest, *parts)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            tmp = target + ".tmp-%d" % os.getpid()
+            if not _stamp_ok(src):
+                before = os.stat(src)
+                if _sha256_of(src) != sha:
+                    os.unlink(src)
+                    missing.append(sha)
+                    continue
+                if _stamp(os.stat(src)) != _stamp(before):  # written to while it was read
+                    missing.append(sha)
+                    continue
+                write_json_atomic(src + ".ok", _stamp(before))
+            if locked and os.stat(src).st_nlink == 1 and _take(src, tmp, target):
+                taken.append(sha)
                 continue
-            write_json_atomic(src + ".ok", _stamp(before))
-        if os.stat(src).st_nlink == 1:  # no job holds it yet: this one takes the store's inode
-            try:
-                os.link(src, tmp)
-            except OSError:  # another filesystem, or links not allowed: a copy, below
-                pass
-            else:
-                os.replace(tmp, target)
-                write_json_atomic(src + ".ok", _stamp(os.stat(src)))  # a link moves the ctime
-                continue
-        copies.append((src, tmp, target))
+            copies.append((src, tmp, target))
     _copy_all(copies)
+    if taken:
+        _start_refill(objdir, taken)
     return sorted(set(missing))
+
+
+def _take(src: str, tmp: str, target: str) -> bool:
+    """Give ``target`` the store's own file ``src`` (a hard link); False where links fail
+    (another filesystem, or links not allowed): a copy then."""
+    try:
+        os.link(src, tmp)
+    except OSError:
+        return False
+    os.replace(tmp, target)
+    write_json_atomic(src + ".ok", _stamp(os.stat(src)))  # a link moves the ctime
+    return True
+
+
+class _store_lock:  # noqa: N801 - used as a context manager, named as one
+    """``flock(2)`` on the store's directory while held: taking a file out of the store and
+    renaming a spare into it happen one process at a time, so a file no job holds is taken by
+    one job only. Entered, it says whether the lock is held (False where the filesystem has no
+    locks: then nothing is taken out of the store or renamed into it)."""
+
+    def __init__(self, objdir: str) -> None:
+        self.objdir = objdir
+        self.fd: Optional[int] = None
+
+    def __enter__(self) -> bool:
+        try:
+            import fcntl  # deferred: POSIX only
+
+            os.makedirs(self.objdir, exist_ok=True)
+            self.fd = os.open(self.objdir, os.O_RDONLY)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
+            return False
+        return True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # releases the lock
+            self.fd = None
+
+
+#: A spare is made only while its filesystem keeps at least this much free after it, and a
+#: tenth of its blocks and of its inodes: a job's own writes come first.
+SPARE_FREE_MIN = 1 << 30
+
+
+def _start_refill(objdir: str, shas: List[str]) -> None:
+    """Start ``refill OBJDIR`` for ``shas`` in a session of its own, tied to nothing of this
+    command (its output goes nowhere): the push has its answer before any spare is made."""
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "refill", objdir],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(shas).encode())
+        proc.stdin.close()
+    except OSError:  # no spare: the next job gets a copy, as it would without one
+        pass
+
+
+def refill(objdir: str, shas: List[str]) -> int:
+    """Give the store a spare of each object in ``shas`` that a job took: a copy no job holds,
+    written whole and flushed, renamed over the store's name only if the object did not change
+    while it was copied (its stamp, which a write or a link moves) and still matches its stamp
+    of when it was hashed. Best effort: an object it leaves alone is copied for the next job
+    at its launch, as without spares."""
+    import mmap  # deferred: only copies need aligned buffers
+
+    buf = mmap.mmap(-1, COPY_CHUNK)
+    view = memoryview(buf)
+    try:
+        for sha in shas:
+            try:
+                if not _spare(objdir, sha, view):
+                    break
+            except (OSError, ValueError):
+                continue
+    finally:
+        view.release()
+        buf.close()
+    return 0
+
+
+def _spare(objdir: str, sha: str, view: memoryview) -> bool:
+    """Make ``sha``'s spare (see :func:`refill`); False once the filesystem has no room."""
+    src = _object_path(objdir, sha)
+    before = os.stat(src)
+    if before.st_nlink < 2 or not _stamp_ok(src):
+        return True  # no job holds it, or it changed since it was hashed: nothing to spare
+    if not _room_to_spare(objdir, before.st_size):
+        return False
+    tmp = os.path.join(os.path.dirname(src), ".%s.spare.tmp-%d" % (sha, os.getpid()))
+    try:
+        _clone(src, tmp, view)
+        os.chmod(tmp, before.st_mode & 0o777)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with _store_lock(objdir) as locked:
+            if locked and _stamp(os.stat(src)) == _stamp(before) and _stamp_ok(src):
+                os.replace(tmp, src)
+                write_json_atomic(src + ".ok", _stamp(os.stat(src)))  # fsyncs the folder too
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+    return True
+
+
+def _room_to_spare(objdir: str, size: int) -> bool:
+    st = os.statvfs(objdir)
+    free = st.f_bavail * st.f_frsize - size
+    keep = max(SPARE_FREE_MIN, st.f_blocks * st.f_frsize // 10)
+    return free >= keep and (st.f_files == 0 or st.f_favail > st.f_files // 10)
 
 
 def spawn(control: str) -> int:
@@ -1634,6 +1759,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if cmd == "place" and len(rest) == 2:
         return place(rest[0], rest[1])
+    if cmd == "refill" and len(rest) == 1:
+        return refill(rest[0], [str(sha) for sha in json.loads(sys.stdin.read())])
     if cmd == "env":
         sys.stdout.write(json.dumps(describe_env()))
         return 0

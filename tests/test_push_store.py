@@ -1,0 +1,230 @@
+"""The remote push store and the files jobs take from it, on the real loopback sshd and with the
+agent's own commands: a job takes a file of the store no other job holds (nothing is copied),
+the store then makes itself a spare in the background, so the next job takes one too; no two
+jobs ever hold the same file, whatever the order or the overlap of their pushes; and a spare is
+never made of bytes a job changed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rgt_jupyter.remote import agent
+from rgt_jupyter.remote import path as remote_path
+from rgt_jupyter.run.pull.sink import DIRECT_MIN
+
+from .conftest import wait_for
+from .test_transfer_writes import SEEN, _run, _sha
+
+
+def _store(objects: Path, sha: str) -> Path:
+    return objects / sha[:2] / sha
+
+
+def _stamped(obj: Path) -> bool:
+    """Whether the object's stamp (``.ok``) says it is unchanged since it was hashed."""
+    return bool(agent._stamp_ok(str(obj)))
+
+
+def _spared(objects: Path, shas: list[str], held: set[int]) -> bool:
+    """Every object is a file no job holds (not one of ``held``), whole and stamped."""
+    for sha in shas:
+        st = _store(objects, sha).stat()
+        if st.st_ino in held or st.st_nlink != 1 or not _stamped(_store(objects, sha)):
+            return False
+    return True
+
+
+def _inodes(code: Path, want: dict[str, str]) -> dict[str, int]:
+    return {rel: (code / rel).stat().st_ino for rel in want}
+
+
+def test_each_job_takes_a_file_of_the_store_and_the_store_makes_itself_a_spare(
+    project: Path, box: Path, tmp_path: Path
+) -> None:
+    tree = tmp_path / "inputs"
+    tree.mkdir()
+    for name, size in (("weights.bin", 3 * DIRECT_MIN + 7), ("data.bin", 1 << 20), ("c", 10)):
+        (tree / name).write_bytes(os.urandom(size))
+    want = {p.name: _sha(p) for p in tree.iterdir()}
+    shas = sorted(set(want.values()))
+
+    first = _run(project, SEEN, "spare-a", push=[str(tree)])
+    objects = Path(first.spec.control_dir).parent / ".objects"
+    code_a = Path(first.spec.control_dir) / "code" / "inputs"
+    held_a = _inodes(code_a, want)
+    wait_for(lambda: _spared(objects, shas, set(held_a.values())), 120, "the store's spares")
+    spares = {sha: _store(objects, sha).stat().st_ino for sha in shas}
+    for sha in shas:  # the spare has the object's bytes under its name
+        assert _sha(_store(objects, sha)) == sha
+
+    second = _run(project, SEEN, "spare-b", push=[str(tree)])
+    assert json.loads((Path(second.spec.out_dir) / "seen.json").read_text()) == want
+    code_b = Path(second.spec.control_dir) / "code" / "inputs"
+    held_b = _inodes(code_b, want)
+    # The second job took the spares themselves (nothing was copied for it) ...
+    assert held_b == {rel: spares[sha] for rel, sha in want.items()}
+    # ... and holds no file the first one holds.
+    assert not set(held_a.values()) & set(held_b.values())
+    # The store made itself new spares, held by no job, with the same bytes.
+    held = set(held_a.values()) | set(held_b.values())
+    wait_for(lambda: _spared(objects, shas, held), 120, "the store's next spares")
+    for sha in shas:
+        assert _sha(_store(objects, sha)) == sha
+    for rel, sha in want.items():  # each job's own files are as they were
+        assert _sha(code_a / rel) == sha and _sha(code_b / rel) == sha
+
+
+def _object_store(root: Path, count: int, size: int) -> tuple[Path, dict[str, str]]:
+    """A store of ``count`` objects of ``size`` random bytes, each hashed and stamped as a push
+    leaves them; returns the store and the ``{rel: sha256}`` to place."""
+    objects = root / ".objects"
+    entries = {}
+    for i in range(count):
+        data = os.urandom(size)
+        sha = hashlib.sha256(data).hexdigest()
+        obj = _store(objects, sha)
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        obj.write_bytes(data)
+        agent.write_json_atomic(str(obj) + ".ok", agent._stamp(os.stat(obj)))
+        entries[f"part{i % 7}/f{i:04d}.bin"] = sha
+    return objects, entries
+
+
+def _place(objects: Path, dest: Path) -> subprocess.Popen[bytes]:
+    """``agent.py place`` as a push runs it, in a process of its own, waiting for its entries
+    on stdin."""
+    return subprocess.Popen(
+        [sys.executable, remote_path("agent.py"), "place", str(objects), str(dest)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+
+
+def _refills_done(objects: Path) -> bool:
+    """No spare maker of this store still runs."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"refill" in argv and str(objects).encode() in argv:
+            return False
+    return True
+
+
+def test_pushes_placing_at_once_never_give_two_jobs_the_same_file(tmp_path: Path) -> None:
+    """Four pushes place the same 300 objects at the same moment, from a store whose files no
+    job holds: each object goes to at most one job as the store's own file, the others get
+    copies, and every job's files have the object's bytes."""
+    objects, entries = _object_store(tmp_path, 300, 2048)
+    dests = [tmp_path / f"job{i}" / "code" for i in range(4)]
+    procs = [_place(objects, dest) for dest in dests]
+    for proc in procs:  # all started: now each gets its entries, one right after the other
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(entries).encode())
+        proc.stdin.close()
+    for proc in procs:
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        assert proc.wait(300) == 0 and json.loads(out) == {"missing": []}
+    for rel, sha in entries.items():
+        inodes = [(dest / rel).stat().st_ino for dest in dests]
+        assert len(set(inodes)) == len(dests), f"{rel}: two jobs hold one file"
+        assert all(_sha(dest / rel) == sha for dest in dests)
+    wait_for(lambda: _refills_done(objects), 120, "the spare makers to end")
+
+
+def _taken(tmp_path: Path, size: int) -> tuple[Path, Path, str]:
+    """A store holding one object that a job took (its file is the store's): store, the
+    job's file, sha256."""
+    objects, entries = _object_store(tmp_path, 1, size)
+    ((rel, sha),) = entries.items()
+    job_file = tmp_path / "job" / "code" / rel
+    job_file.parent.mkdir(parents=True)
+    assert agent._take(str(_store(objects, sha)), f"{job_file}.tmp", str(job_file))
+    return objects, job_file, sha
+
+
+def _write_into(path: Path) -> None:
+    """A job writing into its own input, in place (the same inode)."""
+    with open(path, "r+b") as fh:
+        fh.seek(100)
+        fh.write(b"written by the job")
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_a_spare_is_never_made_of_bytes_a_job_wrote_into_its_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """The job writes into the file it took from the store (the store's own inode) before the
+    spare is made, or while it is being copied: the store never names those bytes by the
+    object's sha256 as verified; the next push finds them changed, hashes them, deletes them
+    and asks for the object again."""
+    objects, job_file, sha = _taken(tmp_path, 4 * DIRECT_MIN + 5)
+    obj = _store(objects, sha)
+    if when == "before":
+        _write_into(job_file)
+    else:
+        clone = agent._clone
+
+        def clone_then_write(src: str, tmp: str, view: Any) -> None:
+            clone(src, tmp, view)  # the copy is whole: now the job writes, before the rename
+            _write_into(job_file)
+
+        monkeypatch.setattr(agent, "_clone", clone_then_write)
+    assert agent.refill(str(objects), [sha]) == 0
+    assert obj.stat().st_ino == job_file.stat().st_ino, "a spare was made of changed bytes"
+    assert not _stamped(obj)
+    assert not list(obj.parent.glob(".*spare*")), "the spare's temporary was left behind"
+    dest = tmp_path / "next" / "code"
+    assert agent.place_entries(str(objects), str(dest), {"w.bin": sha}) == [sha]
+    assert not obj.exists()  # deleted: the push sends it again
+
+
+@contextmanager
+def _tmpfs(target: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``target`` (root is needed) while the block runs."""
+    target.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "rgt-spare", str(target)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, f"cannot mount a tmpfs (root is needed): {proc.stderr}"
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
+
+
+def test_no_spare_is_made_where_the_disk_would_be_left_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spare takes room a running job may need: it is made only while a tenth of the disk and
+    SPARE_FREE_MIN stay free after it; else the store's file stays the one job's, as it was."""
+    with _tmpfs(tmp_path / "disk", "64m") as disk:
+        objects, job_file, sha = _taken(disk, 8 << 20)
+        obj = _store(objects, sha)
+        agent.refill(str(objects), [sha])  # 64 MiB is far below SPARE_FREE_MIN
+        assert obj.stat().st_ino == job_file.stat().st_ino and _stamped(obj)
+        monkeypatch.setattr(agent, "SPARE_FREE_MIN", 0)
+        with open(disk / "filler.bin", "wb") as fh:  # 8 MiB would leave less than a tenth
+            fh.write(bytes(50 << 20))
+        agent.refill(str(objects), [sha])
+        assert obj.stat().st_ino == job_file.stat().st_ino and _stamped(obj)
+        assert not list(obj.parent.glob(".*spare*"))
+        (disk / "filler.bin").unlink()  # room again: the spare is made
+        agent.refill(str(objects), [sha])
+        assert obj.stat().st_ino != job_file.stat().st_ino and obj.stat().st_nlink == 1
+        assert _sha(obj) == sha and _stamped(obj)
