@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import threading
@@ -30,11 +31,12 @@ from rgt_jupyter.run.pull.transfer import RANGED_MIN, SPLIT_MIN, parallel_stream
 from rgt_jupyter.store.hashcache import HashCache
 from rgt_jupyter.transport.ssh import SSHTransport, connect
 
-from .conftest import rgt
+from .conftest import rgt, wait_for
 from .farlink import FarLink
 from .pulljobs import LARGE, MANY
 from .sshbox import close_connections
 from .sshd import Sshd
+from .test_push_store import _refills_done
 
 
 def _sha(path: Path) -> str:
@@ -55,7 +57,7 @@ def _run_job(project: Path, program: str, name: str, host: str = "testbox") -> J
 def _counted() -> Iterator[Counter[str]]:
     """How many of each transport call a block made (the engine's shape, not its speed)."""
     calls: Counter[str] = Counter()
-    names = ("exec", "exec_stream", "put", "open_read", "read_bytes")
+    names = ("exec", "exec_stream", "warm_stream", "put", "open_read", "read_bytes")
     saved = {n: getattr(SSHTransport, n) for n in names}
 
     def wrap(name: str, orig: Any) -> Any:
@@ -122,19 +124,35 @@ def test_a_push_of_many_files_goes_over_one_stream(
             LaunchRequest(program, name="push", profile="box", host="testbox", push=[str(tree)]),
             project,
         )
-    # One stream for the 600 files; the one file put alone is the agent that receives them.
-    assert calls["put"] <= 1 and calls["exec_stream"] == 1, calls
+    # One stream for the 600 files, started while the store was asked what it holds; the one
+    # file put alone is the agent that receives them.
+    assert calls["put"] <= 1 and calls["exec_stream"] == 1 and calls["warm_stream"] == 1, calls
     assert job.wait(120) == "finished", job.log()
     seen = json.loads((Path(job.spec.out_dir) / "seen.json").read_text())
     assert seen == _tree(tree)
-    # Again, the tree unchanged: nothing travels, nothing here is read again.
+    # Again, the tree unchanged: nothing travels, nothing here is read again, and no stream is
+    # even started (the store held every object last time).
     with _counted() as calls:
         again = submit(
             LaunchRequest(program, name="push2", profile="box", host="testbox", push=[str(tree)]),
             project,
         )
-    assert calls["exec_stream"] == 0 and calls["put"] <= 1, calls
+    assert calls["exec_stream"] == 0 and calls["warm_stream"] == 0, calls
+    assert calls["put"] <= 1, calls
     assert again.wait(120) == "finished", again.log()
+    # The store lost its objects (a machine rebuilt under the same name): the hint is wrong,
+    # and the push asks, then sends everything, as a first push does.
+    objects = Path(job.spec.control_dir).parent / ".objects"
+    wait_for(lambda: _refills_done(objects), 120, "the store's spares")  # none made mid-removal
+    shutil.rmtree(objects)
+    with _counted() as calls:
+        third = submit(
+            LaunchRequest(program, name="push3", profile="box", host="testbox", push=[str(tree)]),
+            project,
+        )
+    assert calls["exec_stream"] == 1 and calls["warm_stream"] == 0, calls
+    assert third.wait(120) == "finished", third.log()
+    assert json.loads((Path(third.spec.out_dir) / "seen.json").read_text()) == _tree(tree)
 
 
 def test_the_hash_record_never_hides_a_change(

@@ -70,8 +70,10 @@ def _push(
     sent: list[str],
 ) -> dict[str, str]:
     """:func:`push_files` itself; ``sent`` collects the objects sent so far."""
+    store = f"{transport.host}:{objects}"
     with HashCache() as cache:  # an unchanged tree is not read again
         wanted = {rel: cache.sha256(local) for local, rel in pushed}
+        held = cache.held(store, wanted.values())  # the store held them all last time
     agent = f"{control}/agent.py"
 
     def agent_json(*args: str, payload: Any) -> Any:
@@ -88,11 +90,15 @@ def _push(
     local_of = {sha: local for (local, rel) in pushed for sha in [wanted[rel]]}
     todo = dict(wanted)  # what is still to be placed in the job's code dir
     recv = ship_argv(python, "recv", objects)
-    # The stream that would carry new objects starts now: its handshake overlaps the look.
-    with transport.warm_stream(recv) if transport.bulk else contextlib.nullcontext():
+    # The stream that would carry new objects starts now, its handshake overlapping the look,
+    # unless the store held every object last time (then it is started only if asked for).
+    warm = transport.bulk and not held
+    with transport.warm_stream(recv) if warm else contextlib.nullcontext():
         missing = agent_json("place", objects, f"{control}/code", payload=todo)["missing"]
         for attempt in range(3):  # held objects are placed at once; the missing ones are sent
             if not missing:
+                with HashCache() as cache:
+                    cache.note_held(store, wanted.values())
                 return wanted
             if attempt == 2:
                 break

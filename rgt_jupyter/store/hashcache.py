@@ -3,6 +3,10 @@ whose size, mtime and ctime are what they were when it was hashed is not read ag
 tree, a gate's re-check of pulled runs). Any write changes the ctime (which no user call can set
 back), so a changed file is always hashed afresh.
 
+The same record keeps which sets of objects a push found all held by a remote store
+(:meth:`HashCache.held`): a hint only, so that a push of a tree the store held last time does not
+start a stream it will not need; where the hint is wrong the push asks and sends as always.
+
 The record is an SQLite file in the user cache dir (``$RGT_CACHE_DIR`` overrides it); it is a
 cache only: when it cannot be opened or written every file is simply hashed.
 """
@@ -10,8 +14,12 @@ cache only: when it cannot be opened or written every file is simply hashed.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import sqlite3
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import platformdirs
@@ -28,6 +36,10 @@ def cache_path() -> Path:
 def _ident(st: os.stat_result) -> str:
     """The file itself, wherever it is renamed to (device and inode)."""
     return f"{st.st_dev}:{st.st_ino}"
+
+
+def _digest(shas: Iterable[str]) -> str:
+    return hashlib.sha256(json.dumps(sorted(set(shas))).encode()).hexdigest()
 
 
 def _key(st: os.stat_result) -> str:
@@ -51,6 +63,10 @@ class HashCache:
             self._db = sqlite3.connect(self.path, timeout=5)
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS files (ident TEXT PRIMARY KEY, key TEXT, sha TEXT)"
+            )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS held "
+                "(store TEXT, objects TEXT, at REAL, PRIMARY KEY (store, objects))"
             )
         except (OSError, sqlite3.Error):
             self._db = None
@@ -78,6 +94,32 @@ class HashCache:
         """Record ``sha`` for a file whose bytes were just hashed as they were written."""
         st = os.stat(path)
         self._new.append((_ident(st), _key(st), sha))
+
+    def held(self, store: str, shas: Iterable[str]) -> bool:
+        """Whether a push found every object of ``shas`` held by ``store`` (a hint)."""
+        if self._db is None:
+            return False
+        with contextlib.suppress(sqlite3.Error):
+            row = self._db.execute(
+                "SELECT 1 FROM held WHERE store = ? AND objects = ?", (store, _digest(shas))
+            ).fetchone()
+            return row is not None
+        return False
+
+    def note_held(self, store: str, shas: Iterable[str]) -> None:
+        """Record that ``store`` holds every object of ``shas`` (the newest 256 sets a store)."""
+        if self._db is None:
+            return
+        with contextlib.suppress(sqlite3.Error), self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO held (store, objects, at) VALUES (?, ?, ?)",
+                (store, _digest(shas), time.time()),
+            )
+            self._db.execute(
+                "DELETE FROM held WHERE store = ? AND objects NOT IN "
+                "(SELECT objects FROM held WHERE store = ? ORDER BY at DESC LIMIT 256)",
+                (store, store),
+            )
 
     def __exit__(self, *exc: object) -> None:
         if self._db is None:
