@@ -1596,21 +1596,21 @@ def _take(src: str, tmp: str, target: str) -> bool:
 
 
 class _store_lock:  # noqa: N801 - used as a context manager, named as one
-    """``flock(2)`` on the store's directory while held: taking a file out of the store and
-    renaming a spare into it happen one process at a time, so a file no job holds is taken by
-    one job only. Entered, it says whether the lock is held (False where the filesystem has no
-    locks: then nothing is taken out of the store or renamed into it)."""
+    """``flock(2)`` on the file ``OBJDIR.lock`` beside the store while held: taking a file out
+    of the store and renaming a spare into it happen one process at a time, so a file no job
+    holds is taken by one job only. Entered, it says whether the lock is held (False where the
+    filesystem has no locks: then nothing is taken out of the store or renamed into it)."""
 
     def __init__(self, objdir: str) -> None:
-        self.objdir = objdir
+        self.path = os.path.normpath(objdir) + ".lock"
         self.fd: Optional[int] = None
 
     def __enter__(self) -> bool:
         try:
             import fcntl  # deferred: POSIX only
 
-            os.makedirs(self.objdir, exist_ok=True)
-            self.fd = os.open(self.objdir, os.O_RDONLY)
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         except (ImportError, OSError):
             if self.fd is not None:

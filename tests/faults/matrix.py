@@ -61,6 +61,8 @@ MATRIX: dict[str, str] = {
     "R6-host-away": "one SSH host unreachable among several",
     "R7-facts": "facts in the view: the disk used, disk vs inodes, NaN at exit 0, a stale "
     "heartbeat, resuming a bug, confirming a stop the gate refuses",
+    "R8-store-race": "pushes taking files from one remote store at the same moment; a job "
+    "writing into its pushed input while the store makes a spare of it",
     # bad inputs
     "B-manifest": "hostile manifests (../, absolute, symlinks out, NUL, duplicate or case-colliding)",
     "B-manifest-size": "manifests claiming 10 TB or listing 1e6 entries",
