@@ -19,7 +19,6 @@ import pytest
 
 from rgt_jupyter.remote import agent
 from rgt_jupyter.remote import path as remote_path
-from rgt_jupyter.run.pull.sink import DIRECT_MIN
 
 from .conftest import wait_for
 from .test_transfer_writes import SEEN, _run, _sha
@@ -52,32 +51,40 @@ def test_each_job_takes_a_file_of_the_store_and_the_store_makes_itself_a_spare(
 ) -> None:
     tree = tmp_path / "inputs"
     tree.mkdir()
-    for name, size in (("weights.bin", 3 * DIRECT_MIN + 7), ("data.bin", 1 << 20), ("c", 10)):
+    sizes = {"weights.bin": 3 * agent.SPARE_MIN + 7, "data.bin": agent.SPARE_MIN, "small": 10}
+    for name, size in sizes.items():
         (tree / name).write_bytes(os.urandom(size))
     want = {p.name: _sha(p) for p in tree.iterdir()}
-    shas = sorted(set(want.values()))
+    large = sorted(want[n] for n in ("weights.bin", "data.bin"))  # the ones that get spares
 
     first = _run(project, SEEN, "spare-a", push=[str(tree)])
     objects = Path(first.spec.control_dir).parent / ".objects"
     code_a = Path(first.spec.control_dir) / "code" / "inputs"
     held_a = _inodes(code_a, want)
-    wait_for(lambda: _spared(objects, shas, set(held_a.values())), 120, "the store's spares")
-    spares = {sha: _store(objects, sha).stat().st_ino for sha in shas}
-    for sha in shas:  # the spare has the object's bytes under its name
+    # The first job took the store's files (nothing copied for it) ...
+    assert (code_a / "small").stat().st_nlink == 2  # the store's name and this job's
+    # ... and the store makes itself spares of the large ones.
+    wait_for(lambda: _spared(objects, large, set(held_a.values())), 120, "the store's spares")
+    spares = {sha: _store(objects, sha).stat().st_ino for sha in large}
+    for sha in large:  # the spare has the object's bytes under its name
         assert _sha(_store(objects, sha)) == sha
+    wait_for(lambda: _refills_done(objects), 120, "the spare maker to end")
 
     second = _run(project, SEEN, "spare-b", push=[str(tree)])
     assert json.loads((Path(second.spec.out_dir) / "seen.json").read_text()) == want
     code_b = Path(second.spec.control_dir) / "code" / "inputs"
     held_b = _inodes(code_b, want)
-    # The second job took the spares themselves (nothing was copied for it) ...
-    assert held_b == {rel: spares[sha] for rel, sha in want.items()}
-    # ... and holds no file the first one holds.
+    # The second job took the spares themselves (nothing was copied for them), got a copy of
+    # the small file the first job holds, and holds no file the first one holds.
+    assert {rel: held_b[rel] for rel in ("weights.bin", "data.bin")} == {
+        rel: spares[want[rel]] for rel in ("weights.bin", "data.bin")
+    }
+    assert (code_b / "small").stat().st_nlink == 1
     assert not set(held_a.values()) & set(held_b.values())
     # The store made itself new spares, held by no job, with the same bytes.
     held = set(held_a.values()) | set(held_b.values())
-    wait_for(lambda: _spared(objects, shas, held), 120, "the store's next spares")
-    for sha in shas:
+    wait_for(lambda: _spared(objects, large, held), 120, "the store's next spares")
+    for sha in large:
         assert _sha(_store(objects, sha)) == sha
     for rel, sha in want.items():  # each job's own files are as they were
         assert _sha(code_a / rel) == sha and _sha(code_b / rel) == sha
@@ -155,7 +162,7 @@ def test_no_spare_is_made_where_the_disk_would_be_left_short(
     """A spare takes room a running job may need: it is made only while a tenth of the disk and
     SPARE_FREE_MIN stay free after it; else the store's file stays the one job's, as it was."""
     with _tmpfs(tmp_path / "disk", "64m") as disk:
-        objects, job_file, sha = _taken(disk, 8 << 20)
+        objects, job_file, sha = _taken(disk, 8 << 20)  # over SPARE_MIN
         obj = _store(objects, sha)
         agent.refill(str(objects), [sha])  # 64 MiB is far below SPARE_FREE_MIN
         assert obj.stat().st_ino == job_file.stat().st_ino and _stamped(obj)

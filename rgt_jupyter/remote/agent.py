@@ -1543,9 +1543,9 @@ def place_entries(objdir: str, dest: str, entries: Dict[str, str]) -> List[str]:
     written once it was hashed and matched) says it has not changed since. A job takes the
     store's own file while no other job holds it (a hard link: nothing is copied), and then,
     after this command answered, the store makes itself a spare of it in the background
-    (:func:`refill`), so the next job again takes a file no job holds; a job that finds the
-    store's file held gets a copy of its own (:func:`_clone`, several at once). So no two jobs
-    ever share a file, and a job that writes to its inputs changes only its own (and the
+    (:func:`refill`, from :data:`SPARE_MIN` bytes on), so the next job again takes a file no
+    job holds; a job that finds the store's file held gets a copy of its own (:func:`_clone`,
+    several at once). So no two jobs ever share a file, and a job that writes to its inputs changes only its own (and the
     object's stamp no longer holds: it is hashed again, found changed, and sent again). The
     agent hashes every deployed file again before the job starts."""
     missing = []
@@ -1573,8 +1573,10 @@ def place_entries(objdir: str, dest: str, entries: Dict[str, str]) -> List[str]:
                     missing.append(sha)
                     continue
                 write_json_atomic(src + ".ok", _stamp(before))
-            if locked and os.stat(src).st_nlink == 1 and _take(src, tmp, target):
-                taken.append(sha)
+            st = os.stat(src)
+            if locked and st.st_nlink == 1 and _take(src, tmp, target):
+                if st.st_size >= SPARE_MIN:  # a small file is copied at once: no spare needed
+                    taken.append(sha)
                 continue
             copies.append((src, tmp, target))
     _copy_all(copies)
@@ -1628,6 +1630,9 @@ class _store_lock:  # noqa: N801 - used as a context manager, named as one
 #: A spare is made only while its filesystem keeps at least this much free after it, and a
 #: tenth of its blocks and of its inodes: a job's own writes come first.
 SPARE_FREE_MIN = 1 << 30
+#: Objects from this size on get a spare; a smaller one costs a job less to copy than the
+#: spare's flushes cost the disk.
+SPARE_MIN = 1 << 20
 
 
 def _start_refill(objdir: str, shas: List[str]) -> None:

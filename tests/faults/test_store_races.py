@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from rgt_jupyter.remote import agent
-from rgt_jupyter.run.pull.sink import DIRECT_MIN
 
 from ..conftest import wait_for
 from ..test_push_store import _object_store, _place, _refills_done, _sha, _stamped, _store, _taken
@@ -84,7 +83,7 @@ def test_a_spare_is_never_made_of_bytes_a_job_wrote_into_its_input(
     name only if the object's stamp (size, mtime, ctime, inode) is what it was before the copy
     and what it was when hashed; without it a spare of the job's bytes would be named as the
     object and taken, unhashed, by the next job."""
-    objects, job_file, sha = _taken(tmp_path, 4 * DIRECT_MIN + 5)
+    objects, job_file, sha = _taken(tmp_path, 2 * agent.SPARE_MIN + 5)
     obj = _store(objects, sha)
     if when == "before":
         evidence.keep_bytes(_write_into(job_file), "the job's input as the job wrote it")
