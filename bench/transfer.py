@@ -54,6 +54,8 @@ sys.path.insert(0, str(HERE))
 from _machine import machine  # noqa: E402
 from _ssh_env import SshBox, _close_connections, ssh_box  # noqa: E402
 
+from tests.storeprocs import refills  # noqa: E402 - _ssh_env put the repo root on sys.path
+
 CIPHER = "aes128-gcm@openssh.com"
 WRITER = """\
 import os, rgt_jupyter.job as job
@@ -112,24 +114,11 @@ def _installed_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def _refills() -> list[int]:
-    """Pids of the store's spare makers (``agent.py refill``) still running."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"refill" in argv and any(a.endswith(b"agent.py") for a in argv):
-            found.append(int(entry.name))
-    return found
-
-
 def _settle() -> None:
     """The store's spares made (a push's background work) and dirty pages of the last sample
     written out, so no sample pays for another's."""
     deadline = time.monotonic() + 300
-    while _refills() and time.monotonic() < deadline:
+    while refills() and time.monotonic() < deadline:
         time.sleep(0.05)
     os.sync()
     time.sleep(0.5)

@@ -21,6 +21,7 @@ from rgt_jupyter.remote import agent
 from rgt_jupyter.remote import path as remote_path
 
 from .conftest import wait_for
+from .storeprocs import refills
 from .test_transfer_writes import SEEN, _run, _sha
 
 
@@ -118,14 +119,7 @@ def _place(objects: Path, dest: Path) -> subprocess.Popen[bytes]:
 
 def _refills_done(objects: Path) -> bool:
     """No spare maker of this store still runs."""
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"refill" in argv and str(objects).encode() in argv:
-            return False
-    return True
+    return not refills(objects)
 
 
 def _taken(tmp_path: Path, size: int) -> tuple[Path, Path, str]:
