@@ -11,8 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -133,40 +132,23 @@ def _taken(tmp_path: Path, size: int) -> tuple[Path, Path, str]:
     return objects, job_file, sha
 
 
-@contextmanager
-def _tmpfs(target: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` mounted at ``target`` (root is needed) while the block runs."""
-    target.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "rgt-spare", str(target)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, f"cannot mount a tmpfs (root is needed): {proc.stderr}"
-    try:
-        yield target
-    finally:
-        subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
-
-
 def test_no_spare_is_made_where_the_disk_would_be_left_short(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmpfs: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A spare takes room a running job may need: it is made only while a tenth of the disk and
     SPARE_FREE_MIN stay free after it; else the store's file stays the one job's, as it was."""
-    with _tmpfs(tmp_path / "disk", "64m") as disk:
-        objects, job_file, sha = _taken(disk, 8 << 20)  # over SPARE_MIN
-        obj = _store(objects, sha)
-        agent.refill(str(objects), [sha])  # 64 MiB is far below SPARE_FREE_MIN
-        assert obj.stat().st_ino == job_file.stat().st_ino and _stamped(obj)
-        monkeypatch.setattr(agent, "SPARE_FREE_MIN", 0)
-        with open(disk / "filler.bin", "wb") as fh:  # 8 MiB would leave less than a tenth
-            fh.write(bytes(50 << 20))
-        agent.refill(str(objects), [sha])
-        assert obj.stat().st_ino == job_file.stat().st_ino and _stamped(obj)
-        assert not list(obj.parent.glob(".*spare*"))
-        (disk / "filler.bin").unlink()  # room again: the spare is made
-        agent.refill(str(objects), [sha])
-        assert obj.stat().st_ino != job_file.stat().st_ino and obj.stat().st_nlink == 1
-        assert _sha(obj) == sha and _stamped(obj)
+    disk = tmpfs("disk", "64m")
+    objects, job_file, sha = _taken(disk, 8 << 20)  # over SPARE_MIN
+    obj = _store(objects, sha)
+    agent.refill(str(objects), [sha])  # 64 MiB is far below SPARE_FREE_MIN
+    assert obj.stat().st_ino == job_file.stat().st_ino and _stamped(obj)
+    monkeypatch.setattr(agent, "SPARE_FREE_MIN", 0)
+    with open(disk / "filler.bin", "wb") as fh:  # 8 MiB would leave less than a tenth
+        fh.write(bytes(50 << 20))
+    agent.refill(str(objects), [sha])
+    assert obj.stat().st_ino == job_file.stat().st_ino and _stamped(obj)
+    assert not list(obj.parent.glob(".*spare*"))
+    (disk / "filler.bin").unlink()  # room again: the spare is made
+    agent.refill(str(objects), [sha])
+    assert obj.stat().st_ino != job_file.stat().st_ino and obj.stat().st_nlink == 1
+    assert _sha(obj) == sha and _stamped(obj)

@@ -97,8 +97,9 @@ def _push(
         missing = agent_json("place", objects, f"{control}/code", payload=todo)["missing"]
         for attempt in range(3):  # held objects are placed at once; the missing ones are sent
             if not missing:
-                with HashCache() as cache:
-                    cache.note_held(store, wanted.values())
+                if not held:  # what the hint says now (a write only when it changes)
+                    with HashCache() as cache:
+                        cache.note_held(store, wanted.values())
                 return wanted
             if attempt == 2:
                 break

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import platform
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,29 +144,3 @@ def faultshim(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from .shim import build
 
     return build(tmp_path_factory.mktemp("shim"))
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
-    """Mount small tmpfs file systems under the test's tmp dir; all are unmounted at the end."""
-    mounted: list[Path] = []
-
-    def mount(name: str, size: str = "64m", inodes: int | None = None) -> Path:
-        target = tmp_path / name
-        target.mkdir()
-        opts = [f"size={size}", "mode=0755"] + ([f"nr_inodes={inodes}"] if inodes else [])
-        proc = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", ",".join(opts), "rgt-fault", str(target)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert proc.returncode == 0, f"cannot mount a tmpfs (root is needed): {proc.stderr}"
-        mounted.append(target)
-        return target
-
-    try:
-        yield mount
-    finally:
-        for target in reversed(mounted):
-            subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
