@@ -229,6 +229,8 @@ class FaultProxy:
                 size = 65536 if rate is None else int(max(1024, min(65536, rate / 20)))
                 data = src.recv(size)
                 if not data:
+                    if not self._wait_flow(pair, down):
+                        return  # an end closed while held: the other end never learns it
                     break
                 if not self._wait_flow(pair, down):
                     return

@@ -56,13 +56,16 @@ def close_connections(project: Path) -> None:
 
 @contextmanager
 def cutbox(sshd: Sshd, known: Path) -> Iterator[FaultProxy]:
-    """Alias ``cutbox``: the same server behind a proxy that cuts connections on demand."""
+    """Alias ``cutbox``: the same server behind a proxy that cuts connections on demand; and
+    ``hopped``: the server reached directly, through ``cutbox`` as its ProxyJump hop."""
     config = Path(os.environ["RGT_SSH_CONFIG"])
     with FaultProxy(sshd.port) as proxy:
         known.write_text(known.read_text() + f"[127.0.0.1]:{proxy.port} {sshd.host_pub}\n")
+        login = f"  User root\n  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {known}\n"
         config.write_text(
             config.read_text()
-            + f"\nHost cutbox\n  HostName 127.0.0.1\n  Port {proxy.port}\n  User root\n"
-            f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {known}\n"
+            + f"\nHost cutbox\n  HostName 127.0.0.1\n  Port {proxy.port}\n{login}"
+            + f"\nHost hopped\n  HostName 127.0.0.1\n  Port {sshd.port}\n{login}"
+            + "  ProxyJump cutbox\n"
         )
         yield proxy

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -231,12 +232,6 @@ def test_a_kept_connection_dead_on_the_path_is_opened_anew_and_the_command_runs_
         assert (proxy.accepted, proxy.resets) == (3, 2)
         assert "the kept connection was dead" in caplog.text
         # the same through a hop whose connection died: both are opened anew
-        config = Path(os.environ["RGT_SSH_CONFIG"])
-        config.write_text(
-            config.read_text()
-            + f"\nHost hopped\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
-            f"  IdentityFile {sshd.user_key}\n  UserKnownHostsFile {box}\n  ProxyJump cutbox\n"
-        )
         hopped = connect("hopped", project)
         assert hopped.exec(["true"]).returncode == 0
         proxy.forget()
@@ -244,6 +239,30 @@ def test_a_kept_connection_dead_on_the_path_is_opened_anew_and_the_command_runs_
         assert out.returncode == 0 and out.stdout == b"ok\n"
         assert marks.read_text() == "ran\nhop\n"
         assert (proxy.accepted, proxy.resets) == (4, 3)
+        close_connections(project)
+
+
+def test_a_hop_whose_own_connection_broke_first_closes_cleanly_and_both_open_anew(
+    project: Path, box: Path, sshd: Sshd, tmp_path: Path
+) -> None:
+    """A connection made through a ProxyJump hop is closed by a message on the hop's connection.
+    When that connection broke first (its sends fail; its reader has not heard of it yet),
+    closing still ends cleanly, and the next command opens both anew and runs once."""
+    marks = tmp_path / "marks"
+    with cutbox(sshd, box) as proxy:
+        hopped = connect("hopped", project)
+        assert hopped.exec(["true"]).returncode == 0
+        jump = connect("cutbox", project).client().get_transport()
+        assert jump is not None and jump.is_active()
+        proxy.stall()  # the proxy holds the end of the stream too: the hop's reader waits on
+        jump.sock._sock.shutdown(socket.SHUT_WR)  # the hop's sends fail from now on
+        hopped.close()
+        assert jump.is_active()  # the break was met by the close, not noticed before it
+        proxy.release()
+        out = hopped.exec(["sh", "-c", f"echo hop >> {shlex.quote(str(marks))}; echo ok"])
+        assert out.returncode == 0 and out.stdout == b"ok\n"
+        assert marks.read_text() == "hop\n"
+        assert proxy.accepted == 2
         close_connections(project)
 
 

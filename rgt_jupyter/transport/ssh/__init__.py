@@ -248,11 +248,11 @@ class SSHTransport(Transport):
             if self._alive is not None:
                 self._alive.stop()
                 self._alive = None
-            if self._client is not None:
-                self._client.close()
-            self._client = None
+            client, self._client = self._client, None
             self._sftp = None
             self._dirs.clear()
+            if client is not None:
+                client.close()
 
     def channel(
         self, kind: str = "session", dest: tuple[str, int] | None = None, **options: int

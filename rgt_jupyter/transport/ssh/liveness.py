@@ -55,6 +55,13 @@ class HeardSocket:
             self.heard = time.monotonic()
         return data
 
+    def close(self) -> None:
+        """Close it. A ProxyJump channel is closed by a message on the hop's connection; when
+        that connection has died too (a send fails before paramiko noticed), there is nothing
+        left to close, so the failure is dropped: closing never raises."""
+        with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
+            self._sock.close()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
 
