@@ -259,18 +259,30 @@ def pull_samples(
     return str(connect(alias, box.project).last_stream)
 
 
+def _interpreters(box: SshBox, job: Any) -> tuple[str, str | None]:
+    """The job's configured interpreter, and the one its host's audit resolved it to."""
+    from rgt_jupyter.machines.profiles import load_profile
+    from rgt_jupyter.run.audit import audit_cache, resolved_python
+    from rgt_jupyter.transport.ssh import connect
+
+    profile = load_profile(job.spec.profile, box.project)
+    report = audit_cache(profile, connect(job.spec.host_alias, box.project), box.project)
+    return job.spec.python, resolved_python(json.loads(report.read_text()))
+
+
 def push_samples(
     box: SshBox,
     alias: str,
     port: int,
-    python: str,
+    pythons: tuple[str, str | None],
     pushed: list[tuple[Path, str]],
     tree: Path,
     remote: Path,
     add: Any,
 ) -> None:
     """rgt's push of the tree into a fresh job (store empty, then holding it), and rsync of the
-    tree into a fresh folder, then again into the same one."""
+    tree into a fresh folder, then again into the same one. ``pythons``: the configured
+    interpreter and the one the audit resolved it to, as a launch passes them."""
     from rgt_jupyter.jobs.bundle import push_files
     from rgt_jupyter.remote import path as remote_path
     from rgt_jupyter.transport.ssh import connect
@@ -282,7 +294,8 @@ def push_samples(
         _close_connections()  # cold, as rsync starts: the connection is part of the figure
         _settle()
         t0 = time.perf_counter()
-        push_files(connect(alias, box.project), python, control, f"{remote}/objects", pushed)
+        host = connect(alias, box.project)
+        push_files(host, pythons[0], control, f"{remote}/objects", pushed, pythons[1])
         add(shape, "rgt", time.perf_counter() - t0)
 
     rgt(f"{remote}/job1", "push_first")
@@ -317,7 +330,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for p in sorted(tree.rglob("*"))
                 if p.is_file()
             ]
-            python = jobs["pull_one_large_file"].spec.python
+            python, resolved = _interpreters(box, jobs["pull_one_large_file"])
             dest = tmp / "dest"
             far = f"far_{args.delay_ms:g}ms_{args.rate_mbit:g}mbit"
             with far_alias(box, args.delay_ms / 1000, args.rate_mbit * 1e6 / 8) as far_port:
@@ -342,7 +355,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                 box,
                                 alias,
                                 port,
-                                python,
+                                (python, resolved),
                                 pushed,
                                 tree,
                                 box.remote_root / f"push-{link}-{rep}-{turn}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -152,3 +153,43 @@ def test_no_spare_is_made_where_the_disk_would_be_left_short(
     agent.refill(str(objects), [sha])
     assert obj.stat().st_ino != job_file.stat().st_ino and obj.stat().st_nlink == 1
     assert _sha(obj) == sha and _stamped(obj)
+
+
+def test_the_push_runs_with_the_interpreter_the_audit_found_and_the_name_where_it_is_gone(
+    project: Path, box: Path, tmp_path: Path
+) -> None:
+    """A profile's ``python`` can be a shim (pyenv's, asdf's: a shell script that picks the
+    interpreter, then starts it). The audit finds what it starts; the push's own commands run
+    that interpreter itself, not the shim. Where that interpreter is gone (an audit kept from an
+    earlier machine), they run with the configured name, and the job gets its files as ever."""
+    calls = tmp_path / "shim calls"
+    shim = tmp_path / "shim" / "python3"
+    shim.parent.mkdir()
+    words = "place|recv|audit|run|look|send"
+    shim.write_text(
+        "#!/bin/sh\n"
+        f'for a in "$@"; do case "$a" in {words}) printf "%s " "$a" >> {shlex.quote(str(calls))};; '
+        "esac; done\n"
+        f"echo >> {shlex.quote(str(calls))}\n"
+        f'exec {shlex.quote(sys.executable)} "$@"\n'
+    )
+    shim.chmod(0o755)
+    tree = tmp_path / "inputs"
+    tree.mkdir()
+    (tree / "weights.bin").write_bytes(os.urandom(1 << 16))
+    want = {"weights.bin": _sha(tree / "weights.bin")}
+
+    first = _run(project, SEEN, "shim-a", push=[str(tree)], python=str(shim))
+    assert json.loads((Path(first.spec.out_dir) / "seen.json").read_text()) == want
+    said = calls.read_text().split()
+    assert "audit" in said and "run" in said  # the audit and the job itself: by the name
+    assert "place" not in said and "recv" not in said  # the push: by what the audit found
+
+    cache = next((project / ".rgt" / "audit").glob("box-*.json"))
+    report = json.loads(cache.read_text())
+    report["facts"]["executable"] = str(tmp_path / "gone" / "python3")
+    cache.write_text(json.dumps(report))
+    calls.unlink()
+    second = _run(project, SEEN, "shim-b", push=[str(tree)], python=str(shim))
+    assert json.loads((Path(second.spec.out_dir) / "seen.json").read_text()) == want
+    assert "place" in calls.read_text().split()  # by the name, once the found one was gone

@@ -38,10 +38,16 @@ def push_files(
     control: str,
     objects: str,
     pushed: list[tuple[Path, str]],
+    resolved: str | None = None,
 ) -> dict[str, str]:
     """Push files content-addressed into ``<control>/code`` (a per-job dir: a live job's inputs
     never change): the agent copies there every object the remote store holds, in one command,
     and only the objects it lacks are sent, then placed. Returns ``{rel: sha256}``.
+
+    ``resolved``: the interpreter the audit found ``python`` to be
+    (:func:`rgt_jupyter.run.audit.resolved_python`). The push's own commands run with it, so a
+    shim (pyenv's, asdf's: a shell script) is not started on each; where it is gone (an audit
+    kept from an earlier machine), ``python`` runs them.
 
     Each object travels under a temporary name and gets its own (its sha256) only once whole,
     and the agent hashes each copy unless the object's stamp says it is unchanged since it was
@@ -51,7 +57,7 @@ def push_files(
         return {}
     sent: list[str] = []
     try:
-        return _push(transport, python, control, objects, pushed, sent)
+        return _push(transport, (resolved or python, python), control, objects, pushed, sent)
     except TransportError as exc:
         raise LaunchError(
             f"the push to {transport.host} was interrupted after {len(sent)} new file(s) "
@@ -63,23 +69,29 @@ def push_files(
 
 def _push(
     transport: Transport,
-    python: str,
+    pythons: tuple[str, str],
     control: str,
     objects: str,
     pushed: list[tuple[Path, str]],
     sent: list[str],
 ) -> dict[str, str]:
-    """:func:`push_files` itself; ``sent`` collects the objects sent so far."""
+    """:func:`push_files` itself, ``pythons`` the resolved interpreter and the configured one;
+    ``sent`` collects the objects sent so far."""
     store = f"{transport.host}:{objects}"
     with HashCache() as cache:  # an unchanged tree is not read again
         wanted = {rel: cache.sha256(local) for local, rel in pushed}
         held = cache.held(store, wanted.values())  # the store held them all last time
     agent = f"{control}/agent.py"
+    python = pythons[0]
 
     def agent_json(*args: str, payload: Any) -> Any:
-        result = transport.exec(
-            [python, agent, *args], stdin=json.dumps(payload).encode(), timeout=3600
-        )
+        nonlocal python
+        stdin = json.dumps(payload).encode()
+        # -S: the agent is stdlib only, and site's start (every .pth file) is not paid per call
+        result = transport.exec([python, "-S", agent, *args], stdin=stdin, timeout=3600)
+        if result.returncode == 127 and python != pythons[1]:  # gone: the configured name
+            python = pythons[1]
+            result = transport.exec([python, "-S", agent, *args], stdin=stdin, timeout=3600)
         if result.returncode != 0:
             raise LaunchError(
                 f"the agent failed on {transport.host} ({' '.join(args[:1])}): "
@@ -89,12 +101,13 @@ def _push(
 
     local_of = {sha: local for (local, rel) in pushed for sha in [wanted[rel]]}
     todo = dict(wanted)  # what is still to be placed in the job's code dir
-    recv = ship_argv(python, "recv", objects)
     # The stream that would carry new objects starts now, its handshake overlapping the look,
     # unless the store held every object last time (then it is started only if asked for).
     warm = transport.bulk and not held
-    with transport.warm_stream(recv) if warm else contextlib.nullcontext():
+    ahead = ship_argv(python, "recv", objects)
+    with transport.warm_stream(ahead) if warm else contextlib.nullcontext():
         missing = agent_json("place", objects, f"{control}/code", payload=todo)["missing"]
+        recv = ship_argv(python, "recv", objects)  # with the interpreter that answered
         for attempt in range(3):  # held objects are placed at once; the missing ones are sent
             if not missing:
                 if not held:  # what the hint says now (a write only when it changes)

@@ -36,5 +36,6 @@ def source(name: str) -> bytes:
 
 def ship_argv(python: str, *args: str) -> list[str]:
     """The remote command that runs the shipped framing (``ship.py``, as ``python -c``: whatever a
-    job's control dir holds, the framing is this version's)."""
-    return [python, "-c", source("ship.py").decode(), *args]
+    job's control dir holds, the framing is this version's). ``-S``: it is stdlib only, and
+    site's start (every ``.pth`` file of the environment) is not paid on each transfer."""
+    return [python, "-S", "-c", source("ship.py").decode(), *args]

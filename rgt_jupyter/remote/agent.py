@@ -41,18 +41,12 @@ import builtins
 import hashlib
 import json
 import os
-import pickle
-import platform
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import traceback
-import types
 from typing import Any, Dict, List, Optional, Tuple
 
 SCHEMA = "rgt-agent/1"
@@ -307,6 +301,8 @@ UTIL_KEEP = 30
 def sample_resources() -> Dict[str, Any]:
     """GPU utilisation and memory (``nvidia-smi``, when there is one) and the cgroup's memory use,
     for the live view (run.md: OOM risk above 90 % of ``memory.max``)."""
+    import shutil  # deferred: not every command needs it
+
     out: Dict[str, Any] = {"t": _now(), "gpus": None}
     if shutil.which("nvidia-smi"):
         done = _run(
@@ -370,6 +366,8 @@ def audit(args: List[str]) -> Dict[str, Any]:
     """Phase-0 audit of this machine in one call: disks (bytes and inodes, writable) of the
     given dirs, cgroup limits and OOM kills, GPUs, Python, and whether torch imports and sees
     CUDA (not with ``--no-torch``)."""
+    import socket  # deferred: not every command needs it
+
     torch_probe = "--no-torch" not in args
     dirs = [a for a in args if a != "--no-torch"]
     disks = {}
@@ -453,6 +451,9 @@ def probe_torch(timeout: float = 120.0) -> Dict[str, Any]:
 
 def describe_env() -> dict[str, Any]:
     """This interpreter and machine: python, platform, packages, CPUs, GPUs (nvidia-smi)."""
+    import platform  # deferred: not every command needs it
+    import socket  # deferred: not every command needs it
+
     info: Dict[str, Any] = {
         "python": sys.version.split()[0],
         "executable": sys.executable,
@@ -479,6 +480,8 @@ def describe_env() -> dict[str, Any]:
 
 
 def _load_inputs(directory: str | None) -> dict[str, Any]:
+    import pickle  # deferred: not every command needs it
+
     values: Dict[str, Any] = {}
     if not directory or not os.path.isdir(directory):
         return values
@@ -495,6 +498,8 @@ def _load_inputs(directory: str | None) -> dict[str, Any]:
 
 
 def _error_record(exc: BaseException, program: str) -> dict[str, Any]:
+    import traceback  # deferred: not every command needs it
+
     frames = []
     for fs in traceback.extract_tb(exc.__traceback__):
         if os.path.abspath(fs.filename) == os.path.abspath(__file__):
@@ -599,6 +604,9 @@ def run_cell(program: str) -> int:
     of a model, multiprocessing) and loads wherever that name is importable, a notebook
     defining the same class included.
     """
+    import traceback  # deferred: not every command needs it
+    import types  # deferred: not every command needs it
+
     program = os.path.abspath(program)
     sys.argv = [program]
     sys.path.insert(0, os.getcwd())
@@ -1004,6 +1012,8 @@ class Supervisor:
         return os.path.join(self.control, name)
 
     def status(self, **extra: Any) -> None:
+        import socket  # deferred: not every command needs it
+
         record = {
             "schema": SCHEMA,
             "job_id": self.spec["job_id"],
@@ -1384,6 +1394,16 @@ def _stamp(st: os.stat_result) -> List[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
+def _note_stamp(src: str, stamp: List[int]) -> None:
+    """Write ``src``'s stamp (``<sha>.ok``) whole, by rename, and without fsync: a stamp lost
+    in a crash only costs hashing the object again, and a stamp that survives the object's own
+    change cannot match it (its ctime moved)."""
+    tmp = "%s.ok.tmp-%d" % (src, os.getpid())
+    with open(tmp, "w") as fh:
+        json.dump(stamp, fh)
+    os.replace(tmp, src + ".ok")
+
+
 def _stamp_ok(src: str) -> bool:
     """Whether ``src`` is unchanged since it was last hashed and found to match its name."""
     try:
@@ -1458,6 +1478,8 @@ def _clone(src: str, tmp: str, view: memoryview) -> None:
     """Copy ``src`` to ``tmp``: a reflink where the filesystem shares blocks (btrfs, XFS), else
     O_DIRECT writes (:func:`_direct_copy`), else ``copy_file_range``, else
     :func:`shutil.copyfile`."""
+    import shutil  # deferred: not every command needs it
+
     with open(src, "rb") as fin, open(tmp, "wb") as fout:
         try:
             import fcntl  # deferred: POSIX only
@@ -1572,7 +1594,7 @@ def place_entries(objdir: str, dest: str, entries: Dict[str, str]) -> List[str]:
                 if _stamp(os.stat(src)) != _stamp(before):  # written to while it was read
                     missing.append(sha)
                     continue
-                write_json_atomic(src + ".ok", _stamp(before))
+                _note_stamp(src, _stamp(before))
             st = os.stat(src)
             if locked and st.st_nlink == 1 and _take(src, tmp, target):
                 if st.st_size >= SPARE_MIN:  # a small file is copied at once: no spare needed
@@ -1589,11 +1611,16 @@ def _take(src: str, tmp: str, target: str) -> bool:
     """Give ``target`` the store's own file ``src`` (a hard link); False where links fail
     (another filesystem, or links not allowed): a copy then."""
     try:
-        os.link(src, tmp)
+        os.link(src, target)  # a fresh job's code dir: the name is free
+    except FileExistsError:  # placed again: the old file is replaced whole
+        try:
+            os.link(src, tmp)
+        except OSError:
+            return False
+        os.replace(tmp, target)
     except OSError:
         return False
-    os.replace(tmp, target)
-    write_json_atomic(src + ".ok", _stamp(os.stat(src)))  # a link moves the ctime
+    _note_stamp(src, _stamp(os.stat(src)))  # a link moves the ctime
     return True
 
 

@@ -24,6 +24,14 @@ def audit_cache(
     return project / ".rgt" / "audit" / f"{profile.name}-{transport.host}{extra}.json"
 
 
+def resolved_python(report: dict[str, Any]) -> str | None:
+    """The interpreter the audit found the profile's ``python`` to be (its ``sys.executable``),
+    for rgt's own short commands there: a name that is a shim (pyenv's, asdf's) starts a shell
+    script before Python on each call. None where the audit did not run (a local backend)."""
+    executable = (report.get("facts") or {}).get("executable")
+    return executable if isinstance(executable, str) and executable.startswith("/") else None
+
+
 def audit_host(
     transport: Transport,
     python: str,

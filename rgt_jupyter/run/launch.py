@@ -35,7 +35,7 @@ from ..transport.bucket import SECRET_NAMES as BUCKET_SECRETS
 from ..transport.bucket import BucketConfig, config_of
 from ..transport.bucket import check as check_bucket
 from ..transport.bucket import credentials as bucket_credentials
-from .audit import audit_cache, audit_host
+from .audit import audit_cache, audit_host, resolved_python
 from .billing import budgets_for
 from .cadence import launch_note
 from .phases import phase
@@ -208,7 +208,8 @@ def prepare(
         report = {"findings": [], "facts": {"python": None}, "at": time.time()}
     sending = phase(f"sending the code and {len(pushed)} pushed path(s) to {transport.host}")
     with sending if pushed else contextlib.nullcontext():
-        staged = stage(transport, req, control, tgt.python, f"{workdir}/.objects", pushed, inputs)
+        objects, resolved = f"{workdir}/.objects", resolved_python(report)
+        staged = stage(transport, req, control, tgt.python, objects, pushed, inputs, resolved)
     hash_ = code_hash(staged.deployed)
     if kept is not None and req.resend_code_of and hash_ != req.resend_code_of.code_hash:
         raise LaunchError(f"the code sent again from {kept.root} is not the code the job ran")

@@ -111,9 +111,11 @@ def stage(
     objects: str,
     pushed: list[tuple[Path, str]],
     inputs: dict[str, bytes],
+    resolved: str | None = None,
 ) -> Staged:
     """The job's files, paths and ``deployed`` hashes; ``--push`` files go ahead through the
-    object store. A resume that reuses another job's code sends none of it again."""
+    object store (their commands run with ``resolved``, the audit's interpreter, where known).
+    A resume that reuses another job's code sends none of it again."""
     reuse = req.reuse_code_of
     if reuse is not None:
         paths = {
@@ -125,7 +127,7 @@ def stage(
         return Staged({}, paths, dict(reuse.deployed), list(reuse.pushed), list(reuse.inputs))
     files = job_files(req, inputs)
     deployed = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-    for rel, sha in push_files(transport, python, control, objects, pushed).items():
+    for rel, sha in push_files(transport, python, control, objects, pushed, resolved).items():
         deployed[f"code/{rel}"] = sha
     paths = job_paths(control, req.program_name)
     names = sorted(fname.rsplit(".", 1)[0] for fname in inputs)  # name.json, name.pkl
