@@ -12,7 +12,8 @@ connections are closed before each sample, as each anchor opens its own.
 * pulls: ``Job.pull()`` (state, listing with sha256, the transfer, fsync, checkpoint loads, run
   folder, registry), against ``scp``, ``rsync -a`` and ``ssh cat``/``ssh tar`` of the same files;
 * pushes: :func:`rgt_jupyter.jobs.bundle.push_files` of the tree into a fresh job (the
-  content-addressed store first empty, then holding the tree), against ``rsync -a`` into a fresh
+  content-addressed store first empty, then holding the tree; with the configured interpreter
+  and the one the host's audit found it to be, as a launch passes them), against ``rsync -a`` into a fresh
   folder and again into the same one, alternating; ``--push-rounds`` times a repeat on the near
   link (each takes seconds), once on the far one. A push ends when the job's files are in
   place; the spare the store then makes of each file a job took runs in the background, and
