@@ -193,3 +193,28 @@ def test_the_push_runs_with_the_interpreter_the_audit_found_and_the_name_where_i
     second = _run(project, SEEN, "shim-b", push=[str(tree)], python=str(shim))
     assert json.loads((Path(second.spec.out_dir) / "seen.json").read_text()) == want
     assert "place" in calls.read_text().split()  # by the name, once the found one was gone
+
+
+def test_a_stamp_is_trusted_only_whole_and_equal_to_the_object_as_it_is_now(
+    tmp_path: Path,
+) -> None:
+    """The stamp that lets a push skip hashing an object is written over the old one in place:
+    it is trusted whole and equal to the object's stat now, never torn, stale or padded out."""
+    obj = tmp_path / "object"
+    obj.write_bytes(os.urandom(4096))
+    agent.write_json_atomic(f"{obj}.ok", agent._stamp(os.stat(obj)))  # the long form
+    assert _stamped(obj)
+    os.link(obj, tmp_path / "a job's name")  # a link moves the ctime: the stamp no longer holds
+    assert not _stamped(obj)
+    agent._note_stamp(str(obj), agent._stamp(os.stat(obj)))  # over the longer one, in place
+    assert _stamped(obj) and Path(f"{obj}.ok").stat().st_size == agent.STAMP_WIDTH
+    whole = Path(f"{obj}.ok").read_bytes()
+    Path(f"{obj}.ok").write_bytes(whole[: len(whole.rstrip()) // 2])  # torn in a crash
+    assert not _stamped(obj)
+    agent._note_stamp(str(obj), agent._stamp(os.stat(obj)))
+    assert _stamped(obj)
+    st = os.stat(obj)
+    with open(obj, "r+b") as fh:  # a write with the mtime put back: the ctime still moved
+        fh.write(b"changed")
+    os.utime(obj, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert not _stamped(obj)

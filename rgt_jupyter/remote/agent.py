@@ -1394,14 +1394,24 @@ def _stamp(st: os.stat_result) -> List[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
+#: A stamp is written over the old one in place, padded to this many bytes.
+STAMP_WIDTH = 128
+
+
 def _note_stamp(src: str, stamp: List[int]) -> None:
-    """Write ``src``'s stamp (``<sha>.ok``) whole, by rename, and without fsync: a stamp lost
-    in a crash only costs hashing the object again, and a stamp that survives the object's own
-    change cannot match it (its ctime moved)."""
-    tmp = "%s.ok.tmp-%d" % (src, os.getpid())
-    with open(tmp, "w") as fh:
-        json.dump(stamp, fh)
-    os.replace(tmp, src + ".ok")
+    """Write ``src``'s stamp (``<sha>.ok``) over the old one, in place and without fsync (the
+    store lock held). A stamp is trusted only where it equals the object's stat now: one lost or
+    torn in a crash matches nothing and costs a hash, and one that survives a change of the
+    object cannot match it (its ctime moved). A rename each would cost more than the push's
+    own work (a new inode and a freed one in the store's folder, for every object)."""
+    data = json.dumps(stamp).ljust(STAMP_WIDTH).encode()
+    fd = os.open(src + ".ok", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, data, 0)
+        if os.fstat(fd).st_size > len(data):  # a longer stamp written another way
+            os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def _stamp_ok(src: str) -> bool:
