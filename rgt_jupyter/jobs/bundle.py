@@ -104,10 +104,10 @@ def _push(
     # The stream that would carry new objects starts now, its handshake overlapping the look,
     # unless the store held every object last time (then it is started only if asked for).
     warm = transport.bulk and not held
-    ahead = ship_argv(python, "recv", objects)
-    with transport.warm_stream(ahead) if warm else contextlib.nullcontext():
+    recv = ship_argv(python, "recv", objects)
+    with transport.warm_stream(recv) if warm else contextlib.nullcontext():
         missing = agent_json("place", objects, f"{control}/code", payload=todo)["missing"]
-        recv = ship_argv(python, "recv", objects)  # with the interpreter that answered
+        recv[0] = python  # the interpreter that answered (the stream ahead is dropped if not it)
         for attempt in range(3):  # held objects are placed at once; the missing ones are sent
             if not missing:
                 if not held:  # what the hint says now (a write only when it changes)
